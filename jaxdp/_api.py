@@ -1,0 +1,124 @@
+"""Top-level DP-SGD entry points: ``jaxdp.epsilon`` and ``jaxdp.delta``.
+
+Host-level: arguments are validated eagerly, the computation runs in float64
+(scoped, the user's ``jax_enable_x64`` is left alone) over chunks of a fixed
+size, so arbitrarily large grids compile once and fit in memory.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdp import _numerics as nx
+
+_CHUNK = 2048
+
+
+def _validate_common(q, sigma, steps):
+  nx.check_array("q", q, low=0.0, high=1.0)
+  nx.check_array("sigma", sigma, low=0.0, low_open=True)
+  nx.check_array("steps", steps, low=0.0, integer=True)
+
+
+def _validate_orders(orders):
+  if orders is None:
+    return None
+  orders = np.atleast_1d(np.asarray(orders, dtype=np.float64))
+  if orders.ndim != 1 or orders.size == 0:
+    raise ValueError(f"orders must be a non-empty 1-D sequence; found shape {orders.shape}.")
+  nx.check_array("orders", orders, low=1.0, low_open=True, allow_inf=True)
+  return orders
+
+
+@functools.lru_cache(maxsize=32)
+def _chunk_fn(kind: str, orders_key, method: str):
+  from jaxdp import rdp
+  orders = None if orders_key is None else np.asarray(orders_key)
+  if kind == "epsilon":
+    fn = lambda q, s, t, x: rdp.dpsgd_epsilon(q, s, t, x, orders, method)
+  else:
+    fn = lambda q, s, t, x: rdp.dpsgd_delta(q, s, t, x, orders)
+  return jax.jit(fn)
+
+
+def _run_chunked(kind, q, sigma, steps, x, orders, method):
+  shape = np.broadcast_shapes(*(np.shape(a) for a in (q, sigma, steps, x)))
+  flat = [np.broadcast_to(np.asarray(a, np.float64), shape).reshape(-1) for a in (q, sigma, steps, x)]
+  n = flat[0].size
+  key = None if orders is None else tuple(float(o) for o in orders)
+  fn = _chunk_fn(kind, key, method)
+  chunk = min(_CHUNK, max(n, 1))
+  out = []
+  for start in range(0, n, chunk):
+    parts = [a[start:start + chunk] for a in flat]
+    m = parts[0].size
+    if m < chunk:  # pad with a benign configuration to reuse the compiled shape
+      pad = [np.full(chunk - m, v) for v in (0.5, 1.0, 1.0, 0.5)]
+      parts = [np.concatenate([p, f]) for p, f in zip(parts, pad)]
+    res = fn(*(jnp.asarray(p) for p in parts))
+    out.append(np.asarray(res)[:m])
+  result = np.concatenate(out) if out else np.zeros((0,))
+  return result.reshape(shape)
+
+
+def epsilon(q, sigma, steps, delta, *, accountant: str = "rdp", orders=None,
+            method: str = "improved"):
+  """ε of DP-SGD: ``steps`` compositions of the Poisson-sampled Gaussian.
+
+  Broadcasts over all of ``q``, ``sigma``, ``steps`` and ``delta`` (e.g. a
+  100×100 grid of (q, σ) in one call) and returns float64 NumPy values that
+  upper-bound the true ε.
+
+  Args:
+    q: sampling rate(s) in [0, 1].
+    sigma: noise multiplier(s) > 0.
+    steps: number(s) of steps, whole numbers ≥ 0.
+    delta: target δ in (0, 1).
+    accountant: "rdp" (Mironov–Talwar–Zhang RDP, then the improved
+      conversion) or "pld" (tight, privacy-loss distributions; see
+      :mod:`jaxdp.pld`).
+    orders: RDP orders (default :data:`jaxdp.rdp.DEFAULT_ORDERS`); RDP only.
+    method: RDP→(ε,δ) conversion, "improved" or "classic"; RDP only.
+
+  Returns:
+    ε as ``numpy.float64`` (scalar inputs) or ``numpy.ndarray``.
+
+  Raises:
+    ValueError: on an argument outside its domain (named, with its value).
+  """
+  _validate_common(q, sigma, steps)
+  nx.check_array("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+  nx.check_same_shape(q=q, sigma=sigma, steps=steps, delta=delta)
+  if accountant == "pld":
+    from jaxdp import pld
+    return pld.epsilon(q, sigma, steps, delta)
+  if accountant != "rdp":
+    raise ValueError(f"accountant must be 'rdp' or 'pld'; found {accountant!r}.")
+  if method not in ("improved", "classic"):
+    raise ValueError(f"method must be 'improved' or 'classic'; found {method!r}.")
+  orders = _validate_orders(orders)
+  with nx.x64():
+    return nx.to_host(_run_chunked("epsilon", q, sigma, steps, delta, orders, method))
+
+
+def delta(q, sigma, steps, epsilon, *, accountant: str = "rdp", orders=None):
+  """δ of DP-SGD at ``epsilon`` (see :func:`epsilon` for the arguments).
+
+  Returns:
+    δ ∈ (0, 1] upper-bounding the true δ, float64 NumPy.
+  """
+  _validate_common(q, sigma, steps)
+  nx.check_array("epsilon", epsilon, low=0.0)
+  nx.check_same_shape(q=q, sigma=sigma, steps=steps, epsilon=epsilon)
+  if accountant == "pld":
+    from jaxdp import pld
+    return pld.delta(q, sigma, steps, epsilon)
+  if accountant != "rdp":
+    raise ValueError(f"accountant must be 'rdp' or 'pld'; found {accountant!r}.")
+  orders = _validate_orders(orders)
+  with nx.x64():
+    return nx.to_host(_run_chunked("delta", q, sigma, steps, epsilon, orders, "improved"))

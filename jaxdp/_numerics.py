@@ -1,0 +1,238 @@
+"""Private numerical helpers: log-space arithmetic, float64 scoping, validation.
+
+Everything here is either a pure jittable array function (``log_add`` & co.) or
+a host-level helper (``x64``/``host_function``/``check_*``) that runs outside
+``jit`` on concrete values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import gammaln, log_ndtr
+
+__all__ = [
+    "x64",
+    "host_function",
+    "to_host",
+    "is_concrete",
+    "log_add",
+    "log_sub",
+    "log_expm1",
+    "log1mexp",
+    "log_binom",
+    "log_erfc",
+    "log_ndtr",
+    "softplus",
+    "safe_log",
+    "check_array",
+    "check_same_shape",
+]
+
+
+# --------------------------------------------------------------------------
+# float64 scoping
+# --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def x64():
+  """Scopes ``jax_enable_x64=True`` and restores the caller's setting after.
+
+  Host-level entry points wrap their computation in this so they return
+  float64 answers without flipping the user's global configuration.
+  """
+  with jax.enable_x64(True):
+    yield
+
+
+def to_host(x: Any):
+  """Converts a (pytree of) array result(s) to NumPy float64 on the host.
+
+  0-d arrays become ``numpy.float64`` scalars so that printing a single answer
+  reads naturally; higher-rank arrays stay ``numpy.ndarray``.
+  """
+
+  def convert(leaf):
+    arr = np.asarray(leaf)
+    if arr.dtype.kind == "f":
+      arr = arr.astype(np.float64)
+    return arr[()] if arr.ndim == 0 else arr
+
+  return jax.tree_util.tree_map(convert, x)
+
+
+def host_function(fn: Callable) -> Callable:
+  """Decorator for host-level entry points: float64 inside, NumPy out."""
+
+  @functools.wraps(fn)
+  def wrapper(*args, **kwargs):
+    with x64():
+      return to_host(fn(*args, **kwargs))
+
+  return wrapper
+
+
+def is_concrete(x: Any) -> bool:
+  """True when ``x`` holds concrete values (not a tracer inside jit/vmap/grad)."""
+  return not isinstance(x, jax.core.Tracer)
+
+
+# --------------------------------------------------------------------------
+# log-space arithmetic (pure, jittable, broadcasting)
+# --------------------------------------------------------------------------
+
+
+def log_add(a, b):
+  """log(exp(a) + exp(b)), exact at -inf."""
+  return jnp.logaddexp(a, b)
+
+
+def log1mexp(x):
+  """log(1 - exp(-x)) for x >= 0 (Mächler 2012), -inf at 0.
+
+  Uses log(-expm1(-x)) for x <= log 2 and log1p(-exp(-x)) above; both branch
+  arguments are clamped so that gradients stay finite (double-where trick).
+  """
+  x = jnp.asarray(x)
+  small = x <= jnp.log(2.0)
+  xs = jnp.where(small, x, 1.0)
+  xl = jnp.where(small, 1.0, x)
+  return jnp.where(small, jnp.log(-jnp.expm1(-xs)), jnp.log1p(-jnp.exp(-xl)))
+
+
+def log_sub(a, b):
+  """log(exp(a) - exp(b)) for a >= b; -inf where a == b (incl. both -inf)."""
+  a = jnp.asarray(a)
+  b = jnp.asarray(b)
+  finite = jnp.isfinite(a) & (a > b)
+  diff = jnp.where(finite, a - b, 1.0)
+  return jnp.where(finite, a + log1mexp(diff), jnp.where(a == jnp.inf, a, -jnp.inf))
+
+
+def log_expm1(x):
+  """log(exp(x) - 1) for x >= 0, stable at both ends (-inf at 0)."""
+  x = jnp.asarray(x)
+  big = x > 1.0
+  xs = jnp.where(big, 1.0, x)
+  xb = jnp.where(big, x, 1.0)
+  return jnp.where(big, xb + jnp.log1p(-jnp.exp(-xb)), jnp.log(jnp.expm1(xs)))
+
+
+def softplus(x):
+  """log(1 + exp(x)), exact for large |x|."""
+  return jnp.logaddexp(0.0, x)
+
+
+def safe_log(x):
+  """log(x) with log(0) = -inf and a finite gradient at 0."""
+  x = jnp.asarray(x)
+  pos = x > 0
+  return jnp.where(pos, jnp.log(jnp.where(pos, x, 1.0)), -jnp.inf)
+
+
+def log_binom(n, k):
+  """log C(n, k) for real n >= k >= 0 via log-gamma."""
+  return gammaln(n + 1.0) - gammaln(k + 1.0) - gammaln(n - k + 1.0)
+
+
+def log_erfc(x):
+  """log(erfc(x)) accurate in the far right tail: log 2 + log Φ(-√2 x)."""
+  x = jnp.asarray(x)
+  return jnp.log(2.0) + log_ndtr(-jnp.sqrt(2.0) * x)
+
+
+# --------------------------------------------------------------------------
+# host-side validation (concrete values only)
+# --------------------------------------------------------------------------
+
+
+def _first_bad(mask: np.ndarray) -> str:
+  if mask.ndim == 0:
+    return ""
+  idx = tuple(int(i) for i in np.argwhere(mask)[0])
+  return f" (first bad element at index {idx})"
+
+
+def _describe(values: np.ndarray, mask: np.ndarray):
+  if values.ndim == 0:
+    return values[()]
+  return values[mask][0]
+
+
+def check_array(
+    name: str,
+    value: Any,
+    *,
+    low: Optional[float] = None,
+    high: Optional[float] = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    integer: bool = False,
+    allow_inf: bool = False,
+) -> Any:
+  """Validates a concrete numeric argument and returns it unchanged.
+
+  Tracers (values inside ``jit``) are passed through untouched: kernels stay
+  pure and document their NaN propagation instead.
+
+  Raises:
+    ValueError: naming ``name``, the offending value and, for arrays, the
+      index of the first bad element, when the value is NaN, infinite (unless
+      ``allow_inf``), outside the interval, or not an integer when required.
+  """
+  if not is_concrete(value):
+    return value
+  try:
+    arr = np.asarray(value, dtype=np.float64)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"{name} must be numeric; found {value!r}.") from e
+  bad = np.isnan(arr)
+  if bad.any():
+    raise ValueError(f"{name} must not be NaN; found {_describe(arr, bad)}{_first_bad(bad)}.")
+  if not allow_inf:
+    bad = np.isinf(arr)
+    if bad.any():
+      raise ValueError(f"{name} must be finite; found {_describe(arr, bad)}{_first_bad(bad)}.")
+  lo_b = "(" if low_open else "["
+  hi_b = ")" if high_open else "]"
+  interval = f"{lo_b}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi_b}"
+  if low is not None:
+    bad = arr <= low if low_open else arr < low
+    if bad.any():
+      raise ValueError(
+          f"{name} must be in {interval}; found {_describe(arr, bad)}{_first_bad(bad)}.")
+  if high is not None:
+    bad = arr >= high if high_open else arr > high
+    if bad.any():
+      raise ValueError(
+          f"{name} must be in {interval}; found {_describe(arr, bad)}{_first_bad(bad)}.")
+  if integer:
+    finite = np.isfinite(arr)
+    bad = finite & (arr != np.round(arr))
+    if bad.any():
+      raise ValueError(
+          f"{name} must be a whole number; found {_describe(arr, bad)}{_first_bad(bad)}.")
+  return value
+
+
+def check_same_shape(**arrays) -> tuple:
+  """Checks that the named concrete arguments broadcast together.
+
+  Returns:
+    The broadcast shape.
+
+  Raises:
+    ValueError: naming the arguments and their shapes when they do not.
+  """
+  shapes = {k: np.shape(v) for k, v in arrays.items()}
+  try:
+    return np.broadcast_shapes(*shapes.values())
+  except ValueError:
+    desc = ", ".join(f"{k} {s}" for k, s in shapes.items())
+    raise ValueError(f"Arguments do not broadcast together: {desc}.") from None
