@@ -188,24 +188,44 @@ def _single_step(q, sigma, h, i_lo, n, *, n_pad, remove):
   valid = j < n
   top = j == n - 1
   eps = (i_lo + j) * h
-  e_next = eps + h
-  pb, qb = _bucket_masses(eps, e_next, q, sigma, remove)
+  # Node abscissae: bucket (ε_j, ε_{j+1}] is the x-interval [x_j, x_{j+1}]
+  # (remove) or [y_{j+1}, y_j] with y_j = x(-ε_j) (add).  Gaussian CDF and
+  # survival function are evaluated once per node and mean.
+  xs = _x_of_loss(jnp.where(remove, eps, -eps), q, sigma)
+  zero = jnp.zeros((1,), eps.dtype)
+
+  def nxt(a):
+    return jnp.concatenate([a[1:], zero])
+
+  def cdf_sf(mu):
+    z = (xs - mu) / sigma
+    return ndtr(z), ndtr(-z), z
+
+  def mass(mu):  # N(mu, σ²) mass of bucket j, from the accurate tail
+    c, sf, z = cdf_sf(mu)
+    rm_m = jnp.where(z > 0, sf - nxt(sf), nxt(c) - c)
+    add_m = jnp.where(nxt(z) > 0, nxt(sf) - sf, c - nxt(c))
+    m = jnp.where(remove, rm_m, add_m)
+    return jnp.maximum(m, 0.0), c, sf
+
+  m0, c0, s0 = mass(0.0)
+  m1, c1, s1 = mass(1.0)
+  mix = (1.0 - q) * m0 + q * m1
+  pb = jnp.where(remove, mix, m0)
+  qb = jnp.where(remove, m0, mix)
   inside = j < n - 1  # buckets (ε_j, ε_{j+1}] with both ends on the grid
   pb = jnp.where(inside, pb, 0.0)
   qb = jnp.where(inside, qb, 0.0)
   em1 = jnp.expm1(h)
-  # β_j: share of bucket j moved up to ε_{j+1}, computed in a scaled form to
-  # avoid overflow of e^{ε_j} Q(B_j): P - e^{ε}Q = P (1 - e^{ε - λ}).
+  # β_j: share of bucket j moved up to ε_{j+1}.
   beta = (pb - jnp.exp(eps) * qb) * jnp.exp(h) / em1
   beta = jnp.clip(beta, 0.0, pb)
   alpha = pb - beta
 
-  # Mass outside the grid.
-  e_first = i_lo * h
-  e_last = (i_lo + n - 1) * h
-  neg_inf = jnp.asarray(-jnp.inf, eps.dtype)
-  below, _ = _bucket_masses(neg_inf, e_first, q, sigma, remove)
-  above, _ = _bucket_masses(e_last, jnp.inf, q, sigma, remove)
+  # P-mass outside the grid (below ε_0 / above ε_{n-1}).
+  last = jnp.maximum(n - 1, 0)
+  below = jnp.where(remove, (1.0 - q) * c0[0] + q * c1[0], s0[0])
+  above = jnp.where(remove, (1.0 - q) * s0[last] + q * s1[last], c0[last])
 
   beta_prev = jnp.concatenate([jnp.zeros((1,), eps.dtype), beta[:-1]])
   p_in = jnp.where(valid, alpha + beta_prev, 0.0)
@@ -242,7 +262,7 @@ def _single_step(q, sigma, h, i_lo, n, *, n_pad, remove):
 def _window_bounds(p, i_lo, steps, h):
   """Chernoff window [a, b] (loss indices) holding all but _TAIL of each tail."""
   j = jnp.arange(p.shape[-1], dtype=p.dtype)
-  theta = 2.0 ** jnp.arange(-4.0, 17.0)  # orders in loss units
+  theta = 4.0 ** jnp.arange(-1.0, 7.0)  # orders in loss units
   t = theta * h
   logp = num.safe_log(p)
   kpos = jax.nn.logsumexp(logp[None, :] + t[:, None] * j[None, :], axis=-1)
@@ -305,27 +325,26 @@ def _delta_on_window(w, start, h, inf_mass, eps):
 
 
 def _epsilon_on_window(w, start, h, inf_mass, target):
-  """Smallest ε with δ(ε) <= target (exact on the piecewise-exponential δ)."""
+  """Smallest ε with δ(ε) <= target (exact on the piecewise-exponential δ).
+
+  A binary search over grid points uses δ(ε_k) from reverse cumulative sums;
+  the final segment is then solved exactly with direct sums.
+  """
   size = w.shape[-1]
   loss = (start + jnp.arange(size)) * h
-
-  def delta_at(k):  # δ at grid point k (k may be -1: then at loss[0] - h)
-    e = (start + k) * h
-    d = jnp.where(loss > e, e - loss, 0.0)
-    return jnp.sum(jnp.where(loss > e, w * (-jnp.expm1(d)), 0.0)) + inf_mass
-
-  # Largest k in [-1, size-1] with δ(ε_k) > target (δ is non-increasing).
-  nb = int(np.ceil(np.log2(size + 2))) + 1
-
-  def body(_, lohi):
-    lo, hi = lohi  # invariant: δ(lo) > target (or lo == -1), δ(hi) <= target
-    mid = (lo + hi) // 2
-    big = delta_at(mid) > target
-    return jnp.where(big, mid, lo), jnp.where(big, hi, mid)
-
-  lo, hi = jax.lax.fori_loop(0, nb, body, (jnp.asarray(-1), jnp.asarray(size - 1)))
-  # On (ε_lo, ε_lo + h]: δ(ε) = A - e^{ε - ε_lo} C.
-  e0 = (start + lo) * h
+  ref = loss[size // 2]
+  # Tail sums over m > k:  S0_k = Σ w_m,  S1_k = Σ w_m e^{ref - ℓ_m}.
+  s0 = jnp.cumsum(w[::-1])[::-1]
+  s1 = jnp.cumsum((w * jnp.exp(jnp.clip(ref - loss, -700.0, 700.0)))[::-1])[::-1]
+  s0 = jnp.concatenate([s0[1:], jnp.zeros((1,), w.dtype)])
+  s1 = jnp.concatenate([s1[1:], jnp.zeros((1,), w.dtype)])
+  d_grid = s0 - jnp.exp(jnp.clip(loss - ref, -700.0, 700.0)) * s1 + inf_mass
+  # Largest k in [-1, size-1] with δ(ε_k) > target (δ is non-increasing); a
+  # small relative margin keeps the search on the safe side of round-off.
+  big = d_grid > target * (1.0 - 1e-9)
+  k = jnp.max(jnp.where(big, jnp.arange(size), -1))
+  # On (ε_k, ε_k + h]: δ(ε) = A - e^{ε - ε_k} C, with direct sums.
+  e0 = (start + k) * h
   above = loss > e0
   a_mass = jnp.sum(jnp.where(above, w, 0.0)) + inf_mass
   c_mass = jnp.sum(jnp.where(above, w * jnp.exp(jnp.where(above, e0 - loss, 0.0)), 0.0))
@@ -338,17 +357,17 @@ def _epsilon_on_window(w, start, h, inf_mass, target):
   return eps
 
 
-@functools.partial(jax.jit, static_argnames=("n_pad", "remove"))
-def _stage1(q, sigma, h, i_lo, n, steps, *, n_pad, remove):
-  """Batched one-step PMFs and composed windows for configurations."""
+@functools.partial(jax.jit, static_argnames=("n_pad",))
+def _stage1(q, sigma, h, i_lo, n, steps, remove, *, n_pad):
+  """Batched one-step PMFs and composed windows (``remove``: bool per row)."""
 
-  def one(q, sigma, h, i_lo, n, steps):
+  def one(q, sigma, h, i_lo, n, steps, remove):
     p_pess, inf_pess, p_opt = _single_step(q, sigma, h, i_lo, n, n_pad=n_pad, remove=remove)
     a1, b1 = _window_bounds(p_pess, i_lo, steps, h)
     a2, b2 = _window_bounds(p_opt, i_lo, steps, h)
     return p_pess, inf_pess, p_opt, jnp.minimum(a1, a2), jnp.maximum(b1, b2)
 
-  return jax.vmap(one)(q, sigma, h, i_lo, n, steps)
+  return jax.vmap(one)(q, sigma, h, i_lo, n, steps, remove)
 
 
 def _compose_batch(p, i_lo, steps, start, *, size, nbits):
@@ -434,7 +453,7 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon):
   for remove in (True, False):
     i_lo, i_hi = _grid_range(q, sigma, steps, h, remove)
     n = i_hi - i_lo + 1
-    n_pad = np.array([_pow2(k) for k in n])
+    n_pad = np.array([_pow2(k, least=2 ** 14) for k in n])
     p_pess = [None] * u_count
     p_opt = [None] * u_count
     inf1 = np.zeros(u_count)
@@ -446,7 +465,7 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon):
       for c0 in range(0, len(idx), chunk):
         sel, m = _padded(idx[c0:c0 + chunk])
         out = _stage1(q[sel], sigma[sel], h[sel], i_lo[sel], n[sel], steps[sel],
-                      n_pad=int(npd), remove=remove)
+                      np.full(len(sel), remove), n_pad=int(npd))
         pp, inf_p, po, aa, bb = (np.asarray(o)[:m] for o in out)
         sel = sel[:m]
         for r, k in enumerate(sel):
