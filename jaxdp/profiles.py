@@ -307,8 +307,10 @@ def analytic_gaussian_sigma(epsilon, delta, sensitivity=1.0):
   epsilon, delta, sensitivity = jnp.broadcast_arrays(epsilon, delta, sensitivity)
   log_target = jnp.log(delta)
   s = jnp.sqrt(-2.0 * log_target)
+  # Both starting points are feasible with a factor-2 margin on δ, so they
+  # stay feasible after rounding: Φ(-s) ≤ δ/2, and δ(0; θ) ≤ θ/√(2π).
   th_tail = 2.0 * epsilon / (s + jnp.sqrt(s * s + 2.0 * epsilon))
-  th_small = math.sqrt(2.0 * math.pi) * delta
+  th_small = 0.5 * math.sqrt(2.0 * math.pi) * delta
   lo = jnp.log(jnp.maximum(th_tail, th_small))
   hi = jnp.full_like(lo, jnp.inf)
 
@@ -410,12 +412,17 @@ def sampled_gaussian_log_delta(epsilon, q, sigma, direction="max"):
   if direction in ("max", "add"):
     # Add: D(N(0,σ²) ‖ q N(1,σ²) + (1-q) N(0,σ²)) = q e^{ε-r} δ_G(r) with
     # e^{-r} = 1 - (1 - e^{-ε})/q, zero once ε ≥ -log(1-q).
+    # u = q e^{-r} = e^{-ε} - (1 - q): for q ≥ 1/2, 1 - q is exact (Sterbenz);
+    # for q < 1/2, q + expm1(-ε) avoids the rounding of 1 - q.
     em = jnp.expm1(-e)
-    u = qs + em
+    big_q = qs >= 0.5
+    u = jnp.where(big_q, jnp.exp(-e) - (1.0 - qs), qs + em)
+    err_u = 2.0 * ulp * jnp.where(big_q, jnp.exp(-e) + jnp.abs(u), qs - em)
     active = finite & (u > 0)
     us = jnp.where(active, u, 1.0)
-    r = jnp.where(active, -jnp.log1p(em / qs), 0.0)
-    dr = 4.0 * ulp * ((qs - em) / us + jnp.abs(r))
+    r = jnp.where(active, lq - jnp.log(us), 0.0)
+    r = jnp.where(active & (e == 0), 0.0, r)
+    dr = err_u / us + 4.0 * ulp * (1.0 + jnp.abs(r) + jnp.abs(lq))
     r = jnp.maximum(r - dr, 0.0)
     la = lq + e - r + _gaussian_log_delta(r, theta)
     out.append(jnp.where(active, jnp.minimum(la, 0.0), -jnp.inf))

@@ -1,0 +1,113 @@
+"""Independent arbitrary-precision (mpmath) references for the tests. Functions are self-contained."""
+
+
+# --------------------------------------------------------------------------
+# Privacy profiles (issue 3): independent mpmath references
+# --------------------------------------------------------------------------
+
+
+def ref_gaussian_delta(epsilon, sigma, sensitivity=1.0, dps=80):
+  """δ(ε) of the Gaussian mechanism, Balle–Wang closed form, in mpmath."""
+  import mpmath as mp
+  with mp.workdps(dps):
+    th = mp.mpf(sensitivity) / mp.mpf(sigma)
+    e = mp.mpf(epsilon)
+    return +(mp.ncdf(th / 2 - e / th) - mp.exp(e) * mp.ncdf(-th / 2 - e / th))
+
+
+def _ref_hockey_integral(log_p, log_q, epsilon, x_star, side, scale, dps):
+  """∫ [p - e^ε q]_+ over (x*, ∞) (side=+1) or (-∞, x*) (side=-1) in mpmath."""
+  import mpmath as mp
+  with mp.workdps(dps):
+    e = mp.mpf(epsilon)
+
+    def f(x):
+      return mp.exp(log_p(x)) - mp.exp(e + log_q(x))
+
+    # Beyond x* the integrand decays on the scale σ²/|x*| (or σ): subdivide.
+    scale = scale * min(1, scale / (abs(x_star) + 1))
+    steps = (0, 0.01, 0.03, 0.1, 0.3, 1, 2, 4, 8, 16, 32, 64, 128)
+    pts = [x_star + side * scale * c for c in steps]
+    if side > 0:
+      pts = pts + [mp.inf]
+    else:
+      pts = [-mp.inf] + pts[::-1]
+    return +mp.quad(f, pts)
+
+
+def ref_gaussian_delta_integral(epsilon, sigma, sensitivity=1.0, dps=50):
+  """δ(ε) of the Gaussian mechanism by direct integration of [p - e^ε q]_+.
+
+  p = N(Δ, σ²), q = N(0, σ²); the crossing point is found by root finding.
+  """
+  import mpmath as mp
+  with mp.workdps(dps):
+    s = mp.mpf(sigma)
+    dl = mp.mpf(sensitivity)
+    lp = lambda x: -((x - dl) / s) ** 2 / 2 - mp.log(s * mp.sqrt(2 * mp.pi))
+    lq = lambda x: -(x / s) ** 2 / 2 - mp.log(s * mp.sqrt(2 * mp.pi))
+    x_star = mp.findroot(lambda x: lp(x) - lq(x) - epsilon, dl / 2)
+    return _ref_hockey_integral(lp, lq, epsilon, x_star, +1, s, dps)
+
+
+def ref_sampled_gaussian_delta(epsilon, q, sigma, direction, dps=50):
+  """One-step Poisson-sampled Gaussian hockey-stick divergence by integration.
+
+  remove: D(q N(1,σ²) + (1-q) N(0,σ²) ‖ N(0,σ²)); add: the reverse order.
+  Returns an mpmath number (may be far below float range).
+  """
+  import mpmath as mp
+  with mp.workdps(dps):
+    s = mp.mpf(sigma)
+    qq = mp.mpf(q)
+    e = mp.mpf(epsilon)
+    c = -mp.log(s * mp.sqrt(2 * mp.pi))
+    l0 = lambda x: -(x / s) ** 2 / 2 + c
+    l1 = lambda x: -((x - 1) / s) ** 2 / 2 + c
+    lmix = lambda x: mp.log(qq * mp.exp(l1(x)) + (1 - qq) * mp.exp(l0(x)))
+    if direction == "remove":
+      lp, lq_, side = lmix, l0, +1
+    else:
+      if qq < 1 and e >= -mp.log(1 - qq):
+        return mp.mpf(0)
+      lp, lq_, side = l0, lmix, -1
+    # The privacy loss log p/q is monotone in x; bracket its crossing with e.
+    g = lambda x: lp(x) - lq_(x) - e
+    lo, hi = mp.mpf(-10), mp.mpf(10)
+    while side * g(hi) <= 0:
+      hi = hi * 2
+    while side * g(lo) >= 0:
+      lo = lo * 2
+    for _ in range(4 * dps):  # bisection: robust, ~dps digits
+      mid = (lo + hi) / 2
+      if side * g(mid) > 0:
+        hi = mid
+      else:
+        lo = mid
+    x_star = (lo + hi) / 2
+    return _ref_hockey_integral(lp, lq_, e, x_star, side, s, dps)
+
+
+def ref_laplace_delta(epsilon, b, sensitivity=1.0, dps=40):
+  """δ(ε) of the Laplace mechanism by integrating [Lap(0,b) - e^ε Lap(Δ,b)]_+."""
+  import mpmath as mp
+  with mp.workdps(dps):
+    bb = mp.mpf(b)
+    dl = mp.mpf(sensitivity)
+    e = mp.mpf(epsilon)
+    p = lambda x: mp.exp(-abs(x) / bb) / (2 * bb)
+    q = lambda x: mp.exp(-abs(x - dl) / bb) / (2 * bb)
+    f = lambda x: max(p(x) - mp.exp(e) * q(x), 0)
+    # p/q is non-increasing in x; p > e^ε q exactly left of x* = (Δ - εb)/2.
+    x_star = (dl - e * bb) / 2
+    if x_star <= 0:
+      return mp.mpf(0)
+    return +mp.quad(f, [-mp.inf, 0, x_star])
+
+
+def ref_hockey_stick(p, q, epsilon, dps=40):
+  """Σ [p_i - e^ε q_i]_+ in mpmath for 1-d sequences p, q."""
+  import mpmath as mp
+  with mp.workdps(dps):
+    c = mp.exp(mp.mpf(epsilon))
+    return +mp.fsum(max(mp.mpf(float(a)) - c * mp.mpf(float(b)), 0) for a, b in zip(p, q))
