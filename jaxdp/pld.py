@@ -443,28 +443,39 @@ def _padded(sel):
 def _run(q, sigma, steps, h, queries, *, want_epsilon):
   """Composes U configurations (both directions) and answers (U, K) queries.
 
-  Returns (upper, lower) arrays of shape (U, K): for want_epsilon the ε
-  bounds for target δ's, otherwise the δ bounds for given ε's.
+  Args:
+    q, sigma, steps: (U, P) phases of each configuration (steps 0 = padding);
+      (U,) is read as one phase.
+    h: (U,) grid interval.  queries: (U, K) ε's or target δ's.
+  Returns:
+    (upper, lower) arrays of shape (U, K): for want_epsilon the ε bounds for
+    target δ's, otherwise the δ bounds for given ε's.
   """
-  u_count, k_count = queries.shape
-  combine = np.maximum
+  q, sigma, steps = (np.asarray(a, np.float64).reshape(len(h), -1) for a in (q, sigma, steps))
+  u_count, n_ph = q.shape
+  k_count = queries.shape[1]
   upper = np.full((u_count, k_count), -np.inf)
   lower = np.full((u_count, k_count), -np.inf)
+  hh_rows = np.repeat(h, n_ph)
+  qf, sf, tf = q.ravel(), sigma.ravel(), steps.ravel()
+  live = tf > 0
   for remove in (True, False):
-    i_lo, i_hi = _grid_range(q, sigma, steps, h, remove)
-    n = i_hi - i_lo + 1
+    i_lo, i_hi = _grid_range(qf, sf, tf, hh_rows, remove)
+    i_lo = np.where(live, i_lo, 0)
+    n = np.where(live, i_hi - i_lo + 1, 1)
     n_pad = np.array([_pow2(k, least=2 ** 14) for k in n])
-    p_pess = [None] * u_count
-    p_opt = [None] * u_count
-    inf1 = np.zeros(u_count)
-    a = np.zeros(u_count)
-    b = np.zeros(u_count)
-    for npd in np.unique(n_pad):
-      idx = np.nonzero(n_pad == npd)[0]
+    rows = len(qf)
+    p_pess = [np.zeros(1)] * rows
+    p_opt = [np.zeros(1)] * rows
+    inf1 = np.zeros(rows)
+    a = np.zeros(rows)
+    b = np.zeros(rows)
+    for npd in np.unique(n_pad[live]):
+      idx = np.nonzero((n_pad == npd) & live)[0]
       chunk = max(1, _MAX_ELEMS // int(npd))
       for c0 in range(0, len(idx), chunk):
         sel, m = _padded(idx[c0:c0 + chunk])
-        out = _stage1(q[sel], sigma[sel], h[sel], i_lo[sel], n[sel], steps[sel],
+        out = _stage1(qf[sel], sf[sel], hh_rows[sel], i_lo[sel], n[sel], tf[sel],
                       np.full(len(sel), remove), n_pad=int(npd))
         pp, inf_p, po, aa, bb = (np.asarray(o)[:m] for o in out)
         sel = sel[:m]
@@ -474,37 +485,46 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon):
         inf1[sel] = inf_p
         a[sel] = aa
         b[sel] = bb
-    size = np.array([_pow2(k) for k in (b - a + 1)])
+    # Union bound over phases: the window of the sum is the sum of windows.
+    a_cfg = a.reshape(u_count, n_ph).sum(1)
+    b_cfg = b.reshape(u_count, n_ph).sum(1)
+    log_keep = (steps * np.log1p(-inf1.reshape(u_count, n_ph))).sum(1)
+    inf_cfg = -np.expm1(log_keep) + _TAIL * n_ph
+    n_cfg = n.reshape(u_count, n_ph)
+    lo_cfg = i_lo.reshape(u_count, n_ph)
+    size = np.array([_pow2(k) for k in (b_cfg - a_cfg + 1)])
     for sz in np.unique(size):
       idx = np.nonzero(size == sz)[0]
-      chunk = max(1, _MAX_ELEMS // int(sz))
+      chunk = max(1, _MAX_ELEMS // (int(sz) * n_ph))
       for c0 in range(0, len(idx), chunk):
         sel, m = _padded(idx[c0:c0 + chunk])
-        width = _pow2(max(n[sel]))
-        pp = np.zeros((len(sel), 1, width))
-        po = np.zeros((len(sel), 1, width))
+        width = _pow2(np.max(n_cfg[sel]))
+        pp = np.zeros((len(sel), n_ph, width))
+        po = np.zeros((len(sel), n_ph, width))
         for r, k in enumerate(sel):
-          pp[r, 0, :n[k]] = p_pess[k]
-          po[r, 0, :n[k]] = p_opt[k]
+          for ph in range(n_ph):
+            row = k * n_ph + ph
+            pp[r, ph, :n[row]] = p_pess[row]
+            po[r, ph, :n[row]] = p_opt[row]
         nbits = 40  # fixed (one compilation): steps < 2**40
-        lo_ = jnp.asarray(i_lo[sel][:, None])
-        st_ = jnp.asarray(steps[sel][:, None].astype(np.int64))
-        start = jnp.asarray(a[sel].astype(np.int64))
+        lo_ = jnp.asarray(lo_cfg[sel])
+        st_ = jnp.asarray(steps[sel].astype(np.int64))
+        start = jnp.asarray(a_cfg[sel].astype(np.int64))
         w_p = _compose_batch(jnp.asarray(pp), lo_, st_, start, size=int(sz), nbits=nbits)
         w_p = jnp.maximum(w_p, 0.0)
         w_o = _compose_batch(jnp.asarray(po), lo_, st_, start, size=int(sz), nbits=nbits)
-        inf_t = -np.expm1(steps[sel] * np.log1p(-inf1[sel])) + _TAIL
         hh = jnp.asarray(h[sel])
         qq = jnp.asarray(queries[sel])
+        inf_t = jnp.asarray(inf_cfg[sel])
         if want_epsilon:
-          up = _epsilon_batch(w_p, start, hh, jnp.asarray(inf_t), qq)
+          up = _epsilon_batch(w_p, start, hh, inf_t, qq)
           lo = _epsilon_batch(w_o, start, hh, jnp.zeros(len(sel)), qq)
         else:
-          up = _delta_batch(w_p, start, hh, jnp.asarray(inf_t), qq)
+          up = _delta_batch(w_p, start, hh, inf_t, qq)
           lo = _delta_batch(w_o, start, hh, jnp.zeros(len(sel)), qq)
         sel = sel[:m]
-        upper[sel] = combine(upper[sel], np.asarray(up)[:m])
-        lower[sel] = combine(lower[sel], np.asarray(lo)[:m])
+        upper[sel] = np.maximum(upper[sel], np.asarray(up)[:m])
+        lower[sel] = np.maximum(lower[sel], np.asarray(lo)[:m])
   return upper, lower
 
 
@@ -620,3 +640,89 @@ def epsilon(q, sigma, steps, delta, *, value_discretization_interval=None, rtol=
   up = np.maximum(up, 0.0).reshape(shape)
   lo = np.maximum(lo, 0.0).reshape(shape)
   return (lo, up) if return_bounds else up
+
+
+# --------------------------------------------------------------------------
+# host-side accountant
+# --------------------------------------------------------------------------
+
+
+class PLDState(NamedTuple):
+  """State of the PLD accountant: the composed phases, ``((q, sigma, count), ...)``.
+
+  The PLD is composed on query (one FFT per phase and direction, spectra
+  multiplied), so ``compose`` is O(1) and the state is a small hashable tuple.
+  """
+  phases: tuple = ()
+
+
+def _event_params(event):
+  if isinstance(event, _events.SampledGaussian):
+    q, sigma = float(event.q), float(event.sigma)
+  elif isinstance(event, _events.Gaussian):
+    q, sigma = 1.0, float(event.sigma)
+  else:
+    raise ValueError(
+        f"event must be jaxdp.events.SampledGaussian or Gaussian; found {event!r}.")
+  num.check_array("q", q, low=0.0, high=1.0)
+  num.check_array("sigma", sigma, low=0.0, low_open=True)
+  return q, sigma
+
+
+def make_accountant(*, value_discretization_interval=None, rtol=1e-3):
+  """Host-side PLD accountant: ``Accountant(init, compose, epsilon, delta)``.
+
+  ``state = acc.compose(state, event, count)`` records the phase (consecutive
+  identical events are merged); ``acc.epsilon(state, delta)`` and
+  ``acc.delta(state, epsilon)`` compose all phases on one loss grid (the
+  finest automatic grid of the phases unless given) by multiplying their
+  spectra, and return the pessimistic bound (max over add/remove).
+
+  Not jittable: the state holds concrete Python numbers.
+
+  Args:
+    value_discretization_interval: loss grid h; None = automatic.
+    rtol: target relative accuracy for the automatic grid.
+  """
+
+  def init():
+    return PLDState(())
+
+  def compose(state, event, count=1):
+    q, sigma = _event_params(event)
+    num.check_array("count", count, low=0.0, integer=True)
+    count = int(count)
+    phases = list(state.phases)
+    if count == 0 or q == 0.0:
+      return PLDState(tuple(phases))
+    if phases and phases[-1][:2] == (q, sigma):
+      phases[-1] = (q, sigma, phases[-1][2] + count)
+    else:
+      phases.append((q, sigma, count))
+    return PLDState(tuple(phases))
+
+  def _query(state, value, want_epsilon):
+    if not state.phases:
+      return np.float64(0.0)
+    q, sigma, steps = (np.array([[p[i] for p in state.phases]], np.float64) for i in range(3))
+    if value_discretization_interval is None:
+      h = np.min(grid_interval(q[0], sigma[0], steps[0], rtol))
+      # Keep the composed window bounded for many phases as well.
+      h = max(h, np.max(grid_interval(q[0], sigma[0], steps.sum(), rtol)) / 8.0)
+    else:
+      h = float(value_discretization_interval)
+    up, _ = _run(q, sigma, steps, np.array([h]), np.array([[float(value)]]),
+                 want_epsilon=want_epsilon)
+    return up[0, 0]
+
+  @num.host_function
+  def epsilon(state, delta):
+    num.check_array("delta", delta, low=0.0, high=1.0, low_open=True)
+    return max(_query(state, delta, True), 0.0)
+
+  @num.host_function
+  def delta(state, epsilon):
+    num.check_array("epsilon", epsilon, low=0.0, allow_inf=True)
+    return float(np.clip(_query(state, epsilon, False), 0.0, 1.0))
+
+  return _accountant.Accountant(init, compose, epsilon, delta)
