@@ -298,6 +298,7 @@ def _epsilon_at_order(rho, log_inv_delta, alpha_m1):
           + jnp.log(alpha_m1) - jnp.log(alpha))
 
 
+@functools.partial(jax.jit, static_argnames="method")
 def _rho_to_epsilon_kernel(rho, delta, method="improved"):
   rho, delta = _float(rho, delta)
   rho, delta = jnp.broadcast_arrays(rho, delta)
@@ -350,6 +351,7 @@ def _log_delta_at_order(rho, epsilon, alpha_m1):
           + alpha_m1 * (jnp.log(alpha_m1) - jnp.log(alpha)) - jnp.log(alpha))
 
 
+@functools.partial(jax.jit, static_argnames="method")
 def _rho_to_delta_kernel(rho, epsilon, method="improved"):
   rho, epsilon = _float(rho, epsilon)
   rho, epsilon = jnp.broadcast_arrays(rho, epsilon)
@@ -418,6 +420,11 @@ def rho_for_epsilon(epsilon, delta, method="improved"):
   _check_method(method)
   _numerics.check_array("epsilon", epsilon, low=0.0)
   _numerics.check_array("delta", delta, low=0.0, high=1.0, low_open=True)
+  return _rho_for_epsilon_kernel(epsilon, delta, method)
+
+
+@functools.partial(jax.jit, static_argnames="method")
+def _rho_for_epsilon_kernel(epsilon, delta, method):
   epsilon, delta = _float(epsilon, delta)
   epsilon, delta = jnp.broadcast_arrays(epsilon, delta)
   log_inv_delta = jnp.maximum(-jnp.log(delta), 0.0)

@@ -18,6 +18,8 @@ Results round toward more privacy loss; δ is capped at 1.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -143,6 +145,7 @@ def _log_delta_pure(epsilon, k, epsilon_total, ls):
   return lse - k[..., 0] * _numerics.softplus(epsilon[..., 0])
 
 
+@jax.jit
 def _delta_total(epsilon, delta, k, epsilon_total, ls):
   log_dp = _log_delta_pure(epsilon[..., None], k[..., None],
                            epsilon_total[..., None], ls)
@@ -213,6 +216,11 @@ def optimal_homogeneous_epsilon(epsilon, delta, k, delta_total, tol=1e-12):
   epsilon, delta, k, target, ls = _kov_prepare(epsilon, delta, k,
                                                "delta_total", delta_total)
   iters = int(np.ceil(np.log2(1.0 / tol))) + 1
+  return _kov_epsilon_kernel(epsilon, delta, k, target, ls, iters)
+
+
+@functools.partial(jax.jit, static_argnames="iters")
+def _kov_epsilon_kernel(epsilon, delta, k, target, ls, iters):
   lo = jnp.zeros_like(epsilon)
   hi = k * epsilon
 

@@ -1,0 +1,153 @@
+"""Tests for jaxdp.cdp against hand-derived values and mpmath references."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import mpmath as mp
+import numpy as np
+import pytest
+
+from jaxdp import cdp
+
+mp.mp.dps = 40
+
+
+def exact_gaussian_delta(eps, sigma):
+  """δ(ε) of the Gaussian mechanism (sensitivity 1): exact, mpmath."""
+  eps, sigma = mp.mpf(eps), mp.mpf(sigma)
+  return (mp.ncdf(-eps * sigma + 1 / (2 * sigma))
+          - mp.e**eps * mp.ncdf(-eps * sigma - 1 / (2 * sigma)))
+
+
+def test_gaussian_and_group_hand_values():
+  mu, tau = cdp.gaussian(2.0)
+  assert (mu, tau) == (0.125, 0.5)
+  mu, tau = cdp.gaussian(2.0, sensitivity=3.0)
+  np.testing.assert_allclose((mu, tau), (1.125, 1.5), rtol=1e-15)
+  mu, tau = cdp.group_gaussian(4.0, 3)  # τ = 3/4
+  np.testing.assert_allclose((mu, tau), (0.28125, 0.75), rtol=1e-15)
+  mu, tau = cdp.gaussian(np.array([1.0, 2.0, 4.0]))
+  np.testing.assert_allclose(tau, [1.0, 0.5, 0.25])
+  assert isinstance(mu, np.ndarray) and mu.dtype == np.float64
+
+
+def test_from_pure_dp_and_compose():
+  mu, tau = cdp.from_pure_dp(1.0)
+  np.testing.assert_allclose(mu, 0.5 * (math.e - 1.0), rtol=1e-15)
+  assert tau == 1.0
+  mu, tau = cdp.from_pure_dp(1e-8)  # ε(e^ε−1)/2 ≈ ε²/2 without cancellation
+  np.testing.assert_allclose(mu, 0.5e-16, rtol=1e-7)
+  mu, tau = cdp.compose(np.array([0.1, 0.2, 0.3]), np.array([0.3, 0.4, 1.2]))
+  np.testing.assert_allclose((mu, tau), (0.6, 1.3), rtol=1e-14)
+  # k identical Gaussians compose to one with σ/√k.
+  mu, tau = cdp.compose(*cdp.gaussian(np.full((2, 9), 3.0)), axis=-1)
+  np.testing.assert_allclose(tau, [1.0, 1.0], rtol=1e-14)
+  np.testing.assert_allclose(mu, [0.5, 0.5], rtol=1e-14)
+
+
+def test_to_epsilon_and_to_delta_hand_values():
+  eps = cdp.to_epsilon(0.125, 0.5, 1e-5)
+  np.testing.assert_allclose(eps, 0.125 + 0.5 * math.sqrt(2 * math.log(1e5)), rtol=1e-14)
+  d = cdp.to_delta(0.125, 0.5, eps)
+  np.testing.assert_allclose(d, 1e-5, rtol=1e-10)
+  assert cdp.to_delta(0.125, 0.5, 0.1) == 1.0
+  assert cdp.to_epsilon(0.3, 0.0, 1e-9) == 0.3
+  out = cdp.to_epsilon(np.array([[0.1], [0.2]]), 0.5, np.array([1e-3, 1e-6, 1e-9]))
+  assert out.shape == (2, 3)
+
+
+@pytest.mark.parametrize("sigma", [0.5, 1.0, 3.0, 20.0])
+@pytest.mark.parametrize("delta", [1e-2, 1e-6, 1e-12])
+def test_cdp_never_claims_less_than_exact_gaussian(sigma, delta):
+  exact_ok = lambda e: exact_gaussian_delta(e, sigma) <= delta
+  # Dwork–Rothblum (μ, τ) route.
+  eps_dr = cdp.to_epsilon(*cdp.gaussian(sigma), delta)
+  assert exact_ok(eps_dr)
+  # zCDP routes.
+  rho = cdp.rho_gaussian(sigma)
+  for method in ("improved", "bun_steinke"):
+    eps = cdp.rho_to_epsilon(rho, delta, method=method)
+    assert exact_ok(eps), (method, eps)
+  # And δ at the DR ε is at least the exact δ.
+  assert cdp.rho_to_delta(rho, eps_dr) >= float(exact_gaussian_delta(eps_dr, sigma))
+
+
+def _mp_improved_epsilon(rho, delta):
+  rho, L = mp.mpf(rho), -mp.log(mp.mpf(delta))
+  f = lambda a: a * rho + (L - mp.log(a)) / (a - 1) + mp.log(1 - 1 / a)
+  a0 = 1 + mp.sqrt(L / rho)
+  # Minimise in log(α − 1) with mpmath's derivative-free root of f'.
+  g = lambda u: mp.diff(lambda v: f(1 + mp.e**v), u)
+  u = mp.findroot(g, mp.log(a0 - 1))
+  return float(max(f(1 + mp.e**u), 0))
+
+
+@pytest.mark.parametrize("rho, delta", [(1e-6, 1e-5), (1e-3, 1e-8), (0.05, 1e-5),
+                                        (0.5, 1e-3), (3.0, 1e-10), (200.0, 1e-6)])
+def test_rho_conversions_vs_mpmath(rho, delta):
+  eps = cdp.rho_to_epsilon(rho, delta)
+  ref = _mp_improved_epsilon(rho, delta)
+  assert eps == pytest.approx(ref, rel=1e-9)
+  L = math.log(1 / delta)
+  bs = cdp.rho_to_epsilon(rho, delta, method="bun_steinke")
+  assert bs == pytest.approx(rho + 2 * math.sqrt(rho * L), rel=1e-14)
+  assert eps <= bs
+  # δ at that ε is back at δ (up to the optimiser's tolerance), never far below.
+  d = cdp.rho_to_delta(rho, eps)
+  assert d == pytest.approx(delta, rel=1e-6)
+  d_bs = cdp.rho_to_delta(rho, bs, method="bun_steinke")
+  assert d_bs == pytest.approx(delta, rel=1e-10)
+  # Inverse: the largest ρ for (ε, δ).
+  r = cdp.rho_for_epsilon(eps, delta)
+  assert r == pytest.approx(rho, rel=1e-6)
+  assert cdp.rho_to_epsilon(r, delta) <= eps
+  r_bs = cdp.rho_for_epsilon(bs, delta, method="bun_steinke")
+  assert r_bs == pytest.approx(rho, rel=1e-10)
+
+
+def test_rho_edge_cases_finite():
+  assert cdp.rho_to_epsilon(0.0, 1e-5) == 0.0
+  assert cdp.rho_to_delta(0.0, 0.0) == 0.0
+  assert cdp.rho_to_delta(0.1, np.inf) == 0.0
+  assert cdp.rho_to_delta(0.1, 0.0) <= 1.0
+  out = cdp.rho_to_epsilon(np.array([1e-12, 1e-3, 1e4]), np.array([[1e-300], [0.5]]))
+  assert out.shape == (2, 3) and np.all(np.isfinite(out))
+
+
+def test_rho_from_pure_dp_and_rdp():
+  assert cdp.rho_from_pure_dp(0.2) == pytest.approx(0.02)
+  orders = np.array([1.5, 2.0, 8.0, 64.0])
+  curve = cdp.rdp_from_rho(0.3, orders)
+  np.testing.assert_allclose(curve, 0.3 * orders)
+  assert cdp.rho_from_rdp(curve, orders) == pytest.approx(0.3)
+  assert cdp.rho_from_rdp(np.array([0.1, 0.5, 0.2]), np.array([2.0, 4.0, 8.0])) == 0.125
+
+
+def test_kernels_under_jit_and_float32():
+  f = jax.jit(cdp.rho_to_epsilon)
+  out = f(jnp.array([0.01, 0.1], jnp.float32), jnp.float32(1e-5))
+  assert out.dtype == jnp.float32
+  ref = cdp.rho_to_epsilon(np.array([0.01, 0.1]), 1e-5)
+  np.testing.assert_allclose(out, ref, rtol=1e-5)
+  mu, tau = jax.jit(cdp.gaussian)(2.0)
+  assert float(mu) == 0.125
+  g = jax.grad(lambda s: cdp.to_epsilon(*cdp.gaussian(s), 1e-5))(2.0)
+  assert np.isfinite(g) and g < 0
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: cdp.gaussian(0.0), "sigma"),
+    (lambda: cdp.group_gaussian(1.0, 0.5), "group_size"),
+    (lambda: cdp.from_pure_dp(-1.0), "epsilon"),
+    (lambda: cdp.to_epsilon(0.1, 0.1, 0.0), "delta"),
+    (lambda: cdp.to_epsilon(0.1, 0.1, 1.5), "delta"),
+    (lambda: cdp.compose([0.1, -0.1], [0.1, 0.1]), "mu"),
+    (lambda: cdp.rho_to_epsilon(-0.1, 1e-5), "rho"),
+    (lambda: cdp.rho_to_epsilon(0.1, 1e-5, method="x"), "method"),
+    (lambda: cdp.rho_to_delta(0.1, float("nan")), "epsilon"),
+    (lambda: cdp.rho_from_rdp([0.1], [1.0]), "orders"),
+])
+def test_bad_inputs(call, match):
+  with pytest.raises(ValueError, match=match):
+    call()
