@@ -1,0 +1,224 @@
+"""Tests for jaxdp.pld: PLD accounting of the Poisson-subsampled Gaussian.
+
+Oracles: an mpmath closed form of the one-step profile (the privacy loss is
+monotone in the output, so δ(ε) is a difference of Gaussian tails), and
+dp_accounting's / prv_accountant's accountants (test-only).
+"""
+
+import functools
+
+import mpmath as mp
+import numpy as np
+import pytest
+
+from jaxdp import events, pld
+
+dp_accounting = pytest.importorskip("dp_accounting")
+from dp_accounting.pld import pld_privacy_accountant  # noqa: E402
+
+
+# --------------------------------------------------------------------------
+# references
+# --------------------------------------------------------------------------
+
+
+def _ref_one_step_delta(eps, q, sigma, dps=40):
+  """Exact δ(ε) of one Poisson-sampled Gaussian step, max over add/remove.
+
+  Remove: P = (1-q)N(0,σ²) + qN(1,σ²), Q = N(0,σ²); L(x) = log(1-q+q e^{(2x-1)/2σ²})
+  increasing, so {L > ε} = {x > x_ε} with x_ε = σ² log((e^ε-(1-q))/q) + 1/2.
+  Add: P = N(0,σ²), Q = mixture; {-L > ε} = {x < x_{-ε}} (empty if -ε <= log(1-q)).
+  """
+  with mp.workdps(dps):
+    eps, q, s = mp.mpf(eps), mp.mpf(q), mp.mpf(sigma)
+    sf = lambda z: mp.erfc(z / mp.sqrt(2)) / 2
+    cdf = lambda z: mp.erfc(-z / mp.sqrt(2)) / 2
+
+    def x_of(l):
+      return s ** 2 * mp.log((mp.e ** l - (1 - q)) / q) + mp.mpf(1) / 2
+
+    x = x_of(eps)
+    d_rem = (1 - q) * sf(x / s) + q * sf((x - 1) / s) - mp.e ** eps * sf(x / s)
+    if -eps > mp.log(1 - q) if q < 1 else True:
+      x2 = x_of(-eps)
+      d_add = cdf(x2 / s) - mp.e ** eps * ((1 - q) * cdf(x2 / s) + q * cdf((x2 - 1) / s))
+    else:
+      d_add = mp.mpf(0)
+    return float(max(d_rem, d_add))
+
+
+@functools.lru_cache(maxsize=None)
+def _dp_accounting_epsilon(q, sigma, steps, delta):
+  acc = pld_privacy_accountant.PLDAccountant()
+  acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
+  return acc.get_epsilon(delta)
+
+
+def _rdp_epsilon(q, sigma, steps, delta):
+  try:
+    from jaxdp import rdp
+    return float(rdp.dpsgd_epsilon(q, sigma, steps, delta))
+  except (ImportError, AttributeError):
+    from dp_accounting import rdp as dp_rdp
+    acc = dp_rdp.RdpAccountant()
+    acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
+    return acc.get_epsilon(delta)
+
+
+# Moderate DP-SGD configurations: (q, sigma, steps, delta).
+CONFIGS = [
+    (0.01, 1.0, 1000, 1e-5),
+    (0.1, 2.0, 200, 1e-6),
+    (1.0, 5.0, 10, 1e-5),
+]
+
+
+@pytest.fixture(scope="module")
+def batch_bounds():
+  q, s, t, d = map(np.array, zip(*CONFIGS))
+  return pld.epsilon(q, s, t, d, return_bounds=True)
+
+
+# --------------------------------------------------------------------------
+# accuracy against references
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("i", range(len(CONFIGS)))
+def test_agrees_with_dp_accounting(batch_bounds, i):
+  lo, up = batch_bounds
+  ref = _dp_accounting_epsilon(*CONFIGS[i])
+  assert abs(up[i] / ref - 1) < 5e-3
+  assert lo[i] <= up[i]
+
+
+@pytest.mark.parametrize("i", range(len(CONFIGS)))
+def test_below_rdp(batch_bounds, i):
+  _, up = batch_bounds
+  assert up[i] <= _rdp_epsilon(*CONFIGS[i])
+
+
+def test_interval_contains_prv_estimate():
+  prv = pytest.importorskip("prv_accountant")
+  q, sigma, steps, delta = 0.01, 1.0, 1000, 1e-5
+  acc = prv.Accountant(noise_multiplier=sigma, sampling_probability=q, delta=delta,
+                       max_compositions=steps, eps_error=0.01)
+  _, estimate, _ = acc.compute_epsilon(num_compositions=steps)
+  lo, up = pld.epsilon(q, sigma, steps, delta, return_bounds=True)
+  assert lo <= estimate <= up
+
+
+@pytest.mark.parametrize("q,sigma", [(0.01, 1.0), (0.2, 0.7), (1.0, 2.0)])
+def test_one_step_bounds_bracket_exact_profile(q, sigma):
+  eps = np.array([0.0, 0.01, 0.1, 0.5, 1.0, 2.0])
+  lo, up = pld.delta(q, sigma, 1, eps, return_bounds=True)
+  exact = np.array([_ref_one_step_delta(e, q, sigma) for e in eps])
+  assert np.all(up >= exact * (1 - 1e-12))
+  assert np.all(lo <= exact * (1 + 1e-12) + 1e-300)
+  # and they are tight
+  assert np.all(up <= exact * 1.02 + 1e-15)
+
+
+def test_epsilon_delta_consistent():
+  q, sigma, steps = 0.02, 1.2, 400
+  eps = pld.epsilon(q, sigma, steps, 1e-6)
+  h = pld.grid_interval(q, sigma, steps)
+  assert pld.delta(q, sigma, steps, eps, value_discretization_interval=h) <= 1e-6
+  assert pld.delta(q, sigma, steps, eps * 0.99, value_discretization_interval=h) > 1e-6
+
+
+def test_grid_refinement_converges():
+  q, sigma, steps, delta = 0.01, 1.0, 500, 1e-5
+  coarse = pld.epsilon(q, sigma, steps, delta, return_bounds=True, value_discretization_interval=2e-3)
+  fine = pld.epsilon(q, sigma, steps, delta, return_bounds=True, value_discretization_interval=2e-4)
+  assert coarse[0] <= fine[0] <= fine[1] <= coarse[1]
+  assert fine[1] - fine[0] < 0.1 * (coarse[1] - coarse[0])
+
+
+# --------------------------------------------------------------------------
+# API behaviour
+# --------------------------------------------------------------------------
+
+
+def test_broadcasting_and_duplicates():
+  eps = pld.epsilon(0.01, [1.0, 1.0, 2.0], 100, [[1e-5], [1e-6]])
+  assert eps.shape == (2, 3)
+  assert eps[0, 0] == eps[0, 1]
+  assert eps[1, 0] > eps[0, 0] > eps[0, 2]
+  assert isinstance(pld.epsilon(0.01, 1.0, 100, 1e-5), np.float64)
+
+
+def test_trivial_cases():
+  assert pld.epsilon(0.0, 1.0, 100, 1e-5) == 0.0
+  assert pld.epsilon(0.1, 1.0, 0, 1e-5) == 0.0
+  assert pld.delta(0.0, 1.0, 100, 0.5) == 0.0
+  assert pld.delta(0.1, 1.0, 100, np.inf) == 0.0
+
+
+def test_monotone_in_steps():
+  eps = pld.epsilon(0.01, 1.0, [10, 100, 1000], 1e-5)
+  assert np.all(np.diff(eps) > 0)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(q=1.5), "q"),
+    (dict(sigma=0.0), "sigma"),
+    (dict(steps=2.5), "steps"),
+    (dict(delta=0.0), "delta"),
+    (dict(delta=np.nan), "delta"),
+])
+def test_validation(kwargs, match):
+  args = dict(q=0.01, sigma=1.0, steps=10, delta=1e-5)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=match):
+    pld.epsilon(**args)
+  with pytest.raises(ValueError, match="epsilon"):
+    pld.delta(0.01, 1.0, 10, -1.0)
+
+
+def test_accountant_matches_batch_and_dp_accounting():
+  acc = pld.make_accountant()
+  st = acc.init()
+  st = acc.compose(st, events.SampledGaussian(0.01, 1.0), 600)
+  st = acc.compose(st, events.SampledGaussian(0.01, 1.0), 400)
+  assert st.phases == ((0.01, 1.0, 1000),)
+  assert acc.epsilon(st, 1e-5) == pytest.approx(pld.epsilon(0.01, 1.0, 1000, 1e-5), rel=2e-3)
+  st = acc.compose(st, events.Gaussian(20.0), 2)
+  ref = pld_privacy_accountant.PLDAccountant()
+  ref.compose(dp_accounting.PoissonSampledDpEvent(0.01, dp_accounting.GaussianDpEvent(1.0)), 1000)
+  ref.compose(dp_accounting.GaussianDpEvent(20.0), 2)
+  assert acc.epsilon(st, 1e-5) == pytest.approx(ref.get_epsilon(1e-5), rel=5e-3)
+  assert acc.delta(st, 1.0) == pytest.approx(ref.get_delta(1.0), rel=5e-3)
+  assert acc.epsilon(acc.init(), 1e-5) == 0.0
+  with pytest.raises(ValueError, match="event"):
+    acc.compose(st, events.Laplace(1.0))
+
+
+# --------------------------------------------------------------------------
+# long comparisons
+# --------------------------------------------------------------------------
+
+
+SLOW_CONFIGS = [
+    (256 / 60000, 1.1, 14062, 1e-5),
+    (0.001, 0.8, 10000, 1e-5),
+    (0.02, 0.6, 300, 1e-7),
+    (0.05, 3.0, 5000, 1e-8),
+]
+
+
+@pytest.mark.slow
+def test_slow_dp_sgd_configs():
+  q, s, t, d = map(np.array, zip(*SLOW_CONFIGS))
+  lo, up = pld.epsilon(q, s, t, d, return_bounds=True)
+  prv = pytest.importorskip("prv_accountant")
+  for i, cfg in enumerate(SLOW_CONFIGS):
+    ref = _dp_accounting_epsilon(*cfg)
+    assert abs(up[i] / ref - 1) < 5e-3, (cfg, up[i], ref)
+    assert up[i] <= _rdp_epsilon(*cfg)
+    acc = prv.Accountant(noise_multiplier=cfg[1], sampling_probability=cfg[0], delta=cfg[3],
+                         max_compositions=cfg[2], eps_error=0.01)
+    _, est, _ = acc.compute_epsilon(num_compositions=cfg[2])
+    assert lo[i] <= est <= up[i], (cfg, lo[i], est, up[i])
+  # The headline DP-SGD number.
+  assert up[0] == pytest.approx(2.382, abs=2e-3)
