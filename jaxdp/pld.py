@@ -169,7 +169,7 @@ def _grid_range(q, sigma, steps, h, remove):
     hi = -loss(-sigma * z)
   i_lo = np.floor(lo / h).astype(np.int64)
   i_hi = np.ceil(hi / h).astype(np.int64)
-  i_hi = np.maximum(i_hi, i_lo + 2)
+  i_hi = np.maximum(i_hi, i_lo + 2) + 2  # two empty buckets on top (optimistic end)
   return i_lo, i_hi
 
 
