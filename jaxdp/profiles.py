@@ -26,6 +26,7 @@ and log δ stays accurate far below the float64 underflow (δ ≪ 1e-300).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Tuple
 
@@ -169,6 +170,9 @@ def _gaussian_log_delta(epsilon, theta):
   return _gaussian_parts(epsilon, theta)[0]
 
 
+_gaussian_log_delta_jit = jax.jit(_gaussian_log_delta)
+
+
 # --------------------------------------------------------------------------
 # Gaussian mechanism (Thm 4)
 # --------------------------------------------------------------------------
@@ -183,7 +187,7 @@ def gaussian_log_delta(epsilon, sigma, sensitivity=1.0):
   _check_positive("sigma", sigma)
   _check_positive("sensitivity", sensitivity)
   epsilon, sigma, sensitivity, _ = _as_float(epsilon, sigma, sensitivity)
-  return _gaussian_log_delta(epsilon, sensitivity / sigma)
+  return _gaussian_log_delta_jit(epsilon, sensitivity / sigma)
 
 
 def gaussian(epsilon, sigma, sensitivity=1.0):
@@ -246,7 +250,12 @@ def gaussian_epsilon(delta, sigma, sensitivity=1.0):
   _check_target_delta(delta)
   _check_positive("sigma", sigma)
   _check_positive("sensitivity", sensitivity)
-  delta, sigma, sensitivity, dtype = _as_float(delta, sigma, sensitivity)
+  return _gaussian_epsilon_core(*_as_float(delta, sigma, sensitivity)[:3])
+
+
+@jax.jit
+def _gaussian_epsilon_core(delta, sigma, sensitivity):
+  dtype = delta.dtype
   delta, sigma, sensitivity = jnp.broadcast_arrays(delta, sigma, sensitivity)
   theta = sensitivity / sigma
   log_target = jnp.log(delta)
@@ -303,7 +312,12 @@ def analytic_gaussian_sigma(epsilon, delta, sensitivity=1.0):
   _check_epsilon(epsilon)
   _check_target_delta(delta)
   _check_positive("sensitivity", sensitivity)
-  epsilon, delta, sensitivity, dtype = _as_float(epsilon, delta, sensitivity)
+  return _analytic_gaussian_core(*_as_float(epsilon, delta, sensitivity)[:3])
+
+
+@jax.jit
+def _analytic_gaussian_core(epsilon, delta, sensitivity):
+  dtype = epsilon.dtype
   epsilon, delta, sensitivity = jnp.broadcast_arrays(epsilon, delta, sensitivity)
   log_target = jnp.log(delta)
   s = jnp.sqrt(-2.0 * log_target)
@@ -393,8 +407,12 @@ def sampled_gaussian_log_delta(epsilon, q, sigma, direction="max"):
   _check_epsilon(epsilon)
   nx.check_array("q", q, low=0.0, high=1.0)
   _check_positive("sigma", sigma)
-  epsilon, q, sigma, dtype = _as_float(epsilon, q, sigma)
-  ulp = _ulp(dtype)
+  return _sampled_gaussian_core(*_as_float(epsilon, q, sigma)[:3], direction=direction)
+
+
+@functools.partial(jax.jit, static_argnames=("direction",))
+def _sampled_gaussian_core(epsilon, q, sigma, direction):
+  ulp = _ulp(epsilon.dtype)
   theta = 1.0 / sigma
   qpos = q > 0
   qs = jnp.where(qpos, q, 1.0)

@@ -7,7 +7,6 @@ import jax.numpy as jnp
 import mpmath as mp
 import numpy as np
 import pytest
-import scipy.integrate
 
 from jaxdp import profiles as P
 from tests import reference as R
@@ -257,15 +256,18 @@ def test_sampled_gaussian_matches_dp_accounting():
 @pytest.mark.parametrize("sigma", [1.0, 2.0, 4.0])
 def test_thm6_mgf_from_profile_is_gaussian_rdp(sigma):
   from jaxdp import rdp
-  log_profile = lambda e: float(P.gaussian_log_delta(e, sigma))
+  # Composite Gauss–Legendre on a fine panel grid, one vectorised profile call.
+  nodes, weights = np.polynomial.legendre.leggauss(40)
   for alpha in (1.5, 2.0, 4.0, 8.0):
     s = alpha - 1.0
-    f = lambda e: math.exp(s * e + log_profile(e)) + math.exp(-(s + 1) * e + log_profile(e))
     # log integrand ≈ sε - (εσ)²/2: negligible beyond ε = 2s/σ² + 40/σ.
     upper = 2 * s / sigma**2 + 40.0 / sigma
-    pts = np.linspace(0.0, upper, 9)
-    integral = sum(scipy.integrate.quad(f, a, b, epsabs=0, epsrel=1e-12, limit=200)[0]
-                   for a, b in zip(pts[:-1], pts[1:]))
+    edges = np.linspace(0.0, upper, 201)
+    mid, half = (edges[1:] + edges[:-1]) / 2, (edges[1:] - edges[:-1]) / 2
+    x = (mid[:, None] + half[:, None] * nodes[None, :]).ravel()
+    w = (half[:, None] * weights[None, :]).ravel()
+    ld = np.asarray(P.gaussian_log_delta(x, sigma))
+    integral = np.sum(w * (np.exp(s * x + ld) + np.exp(-(s + 1) * x + ld)))
     mgf = 1.0 + s * (s + 1.0) * integral
     rdp_from_profile = math.log(mgf) / s
     assert rdp_from_profile == pytest.approx(alpha / (2 * sigma**2), rel=1e-7)
@@ -453,12 +455,11 @@ def test_jit_vmap_and_traced_inputs():
 
 
 def test_grad_finite():
-  g = jax.grad(lambda s, e: P.gaussian(e, s))
-  gl = jax.grad(lambda s, e: P.gaussian_log_delta(e, s))
-  for s in (0.01, 0.3, 1.0, 10.0, 1e3):
-    for e in (0.0, 0.5, 5.0, 80.0):
-      assert np.isfinite(g(s, e)), (s, e)
-      assert np.isfinite(gl(s, e)), (s, e)
+  g = jax.jit(jax.grad(lambda s, e: P.gaussian(e, s)))
+  gl = jax.jit(jax.grad(lambda s, e: P.gaussian_log_delta(e, s)))
+  ss, ee = np.meshgrid([0.01, 0.3, 1.0, 10.0, 1e3], [0.0, 0.5, 5.0, 80.0])
+  assert np.all(np.isfinite(jax.vmap(g)(ss.ravel(), ee.ravel())))
+  assert np.all(np.isfinite(jax.vmap(gl)(ss.ravel(), ee.ravel())))
   # Derivative sign: more noise, smaller δ.
   assert g(1.0, 1.0) < 0
   # Matches finite differences.
@@ -487,7 +488,8 @@ def test_float32_kernels():
     assert sg.dtype == jnp.float32 and np.all(np.isfinite(sg))
     s = P.analytic_gaussian_sigma(jnp.float32(1.0), jnp.float32(1e-5))
     assert s.dtype == jnp.float32
-    assert float(s) == pytest.approx(4.4, rel=0.05)
+  s64 = float(P.analytic_gaussian_sigma(1.0, 1e-5))
+  assert s64 <= float(s) <= s64 * (1 + 1e-4)
 
 
 def test_broadcasting_shapes():
