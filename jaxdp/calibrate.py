@@ -390,7 +390,10 @@ def _flat(shape, *arrays):
 
 
 def _from_x(kind, x):
-  return np.exp(x) if kind == "sigma" else np.exp(-x)
+  xmin, _ = _bounds(kind)
+  if kind == "sigma":
+    return np.where(x <= xmin, SIGMA_RANGE[0], np.exp(x))
+  return np.where(x <= xmin, 1.0, np.exp(-x))
 
 
 def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
@@ -422,8 +425,12 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
   e_full = _check_epsilon_rdp(q_, s_, b, delta, orders_checked)
   unreachable = ~has_hi & (e_full > target)
   if not single:
-    # Expensive orders beat the cheap set at x: refine with order windows.
-    refine = ~unreachable & (e_full < eps_ref * (1.0 - 1e-10))
+    # Where the cheap boundary sits on a jump of ε (the KL branch of the
+    # conversion switching on), the full boundary may lie anywhere below it:
+    # solve those with the full order set directly.
+    jump = ~unreachable & (e_full < target * (1.0 - 8.0 * rtol))
+    # Elsewhere, refine where an expensive order beats the cheap ones at x.
+    refine = ~unreachable & ~jump & (e_full < eps_ref * (1.0 - 1e-10))
     for _ in range(_ROUNDS):
       idx = np.nonzero(refine)[0]
       if idx.size == 0:
@@ -446,6 +453,17 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
       e_full[idx] = _check_epsilon_rdp(qi, si, b[idx], delta[idx], orders_checked)
       refine = np.zeros(n, bool)
       refine[idx] = better & (e_full[idx] < eps_ref[idx] * (1.0 - 1e-10))
+      jump[idx] |= better & (e_full[idx] < target[idx] * (1.0 - 8.0 * rtol))
+    jump |= refine  # not settled by the windows: full solve
+    idx = np.nonzero(jump)[0]
+    if idx.size:
+      xf, okf, _, _, _ = _map_chunks(
+          _solver_fn(kind, _orders_key(orders)),
+          [x[idx], a[idx], b[idx], target[idx], delta[idx], tolv[idx]],
+          [_PAD[k] for k in "xabtdt"])
+      x[idx] = np.where(okf & (xf < x[idx]), xf, x[idx])
+      qi, si = qs(x[idx], idx)
+      e_full[idx] = _check_epsilon_rdp(qi, si, b[idx], delta[idx], orders_checked)
   value = _from_x(kind, x)
   value = _make_feasible(kind, "rdp", value, e_full, target, delta, a, b, orders_checked,
                          skip=unreachable)
@@ -714,9 +732,31 @@ def _closed_form_steps(per, orders, target, delta):
 # --------------------------------------------------------------------------
 
 
-def _single_order_epsilon(q, s, t_steps, d, alpha):
-  per = rdp.sampled_gaussian(q[..., None], s[..., None], alpha[..., None])
-  return rdp.to_epsilon(t_steps[..., None] * per, alpha[..., None], d)[0]
+def _eps_and_partials(q, s, t_steps, d, orders):
+  """ε and its partial derivatives (∂q, ∂σ, ∂T, ∂δ) at the minimising order.
+
+  Envelope theorem: with e_α = T·r_α(q, σ) + log(1 - 1/α) - (log δ + log α)/(α-1)
+  (Balle et al. 2020, Prop. 12) and ε = min_α e_α, the partials of ε are
+  those of e_α* (Danskin). The per-order derivatives of r_α come from forward
+  mode on the kernels; they are computed as *values* and sanitised, so the
+  tangent maps below are plainly linear and NaN-free under transposition.
+  """
+  orders_np = np.asarray(orders)
+  one = jnp.ones_like(q)
+  per = lambda q_, s_: rdp.dpsgd_rdp(q_, s_, one, orders_np)
+  r, r_q = jax.jvp(lambda q_: per(q_, s), (q,), (one,))
+  _, r_s = jax.jvp(lambda s_: per(q, s_), (s,), (one,))
+  eps, best = rdp.to_epsilon(t_steps[..., None] * r, orders_np, d)
+  idx = jnp.argmax(jnp.asarray(orders_np, eps.dtype) == best[..., None], axis=-1)[..., None]
+  pick = lambda a: jnp.take_along_axis(a, idx, axis=-1)[..., 0]
+  safety = 1.0 + 256.0 * float(jnp.finfo(eps.dtype).eps)
+  active = eps > 0
+  clean = lambda a: jnp.where(active & jnp.isfinite(a), a * safety, 0.0)
+  e_q = clean(t_steps * pick(r_q))
+  e_s = clean(t_steps * pick(r_s))
+  e_t = clean(pick(r))
+  e_d = clean(-1.0 / (d * (best - 1.0)))
+  return eps, e_q, e_s, e_t, e_d
 
 
 def _promote(*xs):
@@ -734,12 +774,9 @@ def _diff_eps(q, s, t_steps, d, orders_key):
 @_diff_eps.defjvp
 def _diff_eps_jvp(orders_key, primals, tangents):
   q, s, t_steps, d = primals
-  orders = np.asarray(orders_key)
-  eps, best = rdp.to_epsilon(rdp.dpsgd_rdp(q, s, t_steps, orders), orders, d)
-  best = jax.lax.stop_gradient(best)
-  # Envelope theorem: only the minimising order moves ε to first order.
-  _, dt = jax.jvp(lambda *p: _single_order_epsilon(*p, best), primals, tangents)
-  return eps, jnp.where(jnp.isfinite(dt), dt, 0.0)
+  dq, ds, dts, dd = tangents
+  eps, e_q, e_s, e_t, e_d = _eps_and_partials(q, s, t_steps, d, orders_key)
+  return eps, e_q * dq + e_s * ds + e_t * dts + e_d * dd
 
 
 def differentiable_epsilon(q, sigma, steps, delta, orders=None):
@@ -749,7 +786,8 @@ def differentiable_epsilon(q, sigma, steps, delta, orders=None):
   reverse mode) in q, σ, steps (as a real number) and δ: since
   ε = min_α e_α(q, σ, T, δ), Danskin's/envelope theorem gives
   dε = de_α*/dθ at the minimising order α*, computed on that single order
-  (so orders that are not selected cannot inject NaNs). At the switching
+  (computed as sanitised values, so orders that are not selected cannot
+  inject NaNs). At the switching
   points between orders ε has a kink and this is a one-sided derivative.
 
   Args:
@@ -781,17 +819,12 @@ def _solve_sigma_jvp(orders_key, rtol, primals, tangents):
   t, d, q, t_steps = primals
   dt, dd, dq, dts = tangents
   sig = _solve_sigma(t, d, q, t_steps, orders_key, rtol)
-  s_safe = jnp.where(jnp.isfinite(sig), sig, 1.0)
-  orders = np.asarray(orders_key)
-  _, best = rdp.to_epsilon(rdp.dpsgd_rdp(q, s_safe, t_steps, orders), orders, d)
-  best = jax.lax.stop_gradient(best)
-  f = lambda q_, s_, ts_, d_: _single_order_epsilon(q_, s_, ts_, d_, best)
-  zero = jnp.zeros_like(s_safe)
-  _, rest = jax.jvp(f, (q, s_safe, t_steps, d), (dq, zero, dts, dd))
-  _, e_s = jax.jvp(f, (q, s_safe, t_steps, d), (zero, jnp.ones_like(s_safe), zero, zero))
-  ok = jnp.isfinite(sig) & (e_s < 0) & jnp.isfinite(rest)
-  dsig = jnp.where(ok, (dt - rest) / jnp.where(ok, e_s, -1.0), 0.0)
-  return sig, dsig
+  finite = jnp.isfinite(sig)
+  s_safe = jnp.where(finite, sig, 1.0)
+  _, e_q, e_s, e_t, e_d = _eps_and_partials(q, s_safe, t_steps, d, orders_key)
+  ok = finite & (e_s < 0)
+  inv = jnp.where(ok, 1.0 / jnp.where(ok, e_s, -1.0), 0.0)
+  return sig, (dt - e_q * dq - e_t * dts - e_d * dd) * inv
 
 
 def solve_sigma(target_epsilon, delta, q, steps, orders=None, rtol=1e-6):
