@@ -220,6 +220,7 @@ def to_epsilon(mu, tau, delta):
   _numerics.check_array("mu", mu, low=0.0)
   _numerics.check_array("tau", tau, low=0.0)
   _numerics.check_array("delta", delta, low=0.0, high=1.0, low_open=True)
+  _numerics.check_same_shape(mu=mu, tau=tau, delta=delta)
   mu, tau, delta = _float(mu, tau, delta)
   log_inv_delta = jnp.maximum(-jnp.log(delta), 0.0)
   return mu + tau * jnp.sqrt(2.0 * log_inv_delta)
@@ -242,6 +243,7 @@ def to_delta(mu, tau, epsilon):
   _numerics.check_array("mu", mu, low=0.0)
   _numerics.check_array("tau", tau, low=0.0)
   _numerics.check_array("epsilon", epsilon, low=0.0, allow_inf=True)
+  _numerics.check_same_shape(mu=mu, tau=tau, epsilon=epsilon)
   mu, tau, epsilon = _float(mu, tau, epsilon)
   gap = epsilon - mu
   above = gap > 0
@@ -338,6 +340,7 @@ def rho_to_epsilon(rho, delta, method="improved"):
   _check_method(method)
   _numerics.check_array("rho", rho, low=0.0)
   _numerics.check_array("delta", delta, low=0.0, high=1.0, low_open=True)
+  _numerics.check_same_shape(rho=rho, delta=delta)
   return _rho_to_epsilon_kernel(rho, delta, method)
 
 
@@ -397,6 +400,7 @@ def rho_to_delta(rho, epsilon, method="improved"):
   _check_method(method)
   _numerics.check_array("rho", rho, low=0.0)
   _numerics.check_array("epsilon", epsilon, low=0.0, allow_inf=True)
+  _numerics.check_same_shape(rho=rho, epsilon=epsilon)
   return _rho_to_delta_kernel(rho, epsilon, method)
 
 
@@ -420,6 +424,7 @@ def rho_for_epsilon(epsilon, delta, method="improved"):
   _check_method(method)
   _numerics.check_array("epsilon", epsilon, low=0.0)
   _numerics.check_array("delta", delta, low=0.0, high=1.0, low_open=True)
+  _numerics.check_same_shape(epsilon=epsilon, delta=delta)
   return _rho_for_epsilon_kernel(epsilon, delta, method)
 
 

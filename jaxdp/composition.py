@@ -55,6 +55,7 @@ def basic(epsilon, delta, k):
   """
   _check_eps_delta(epsilon, delta)
   _numerics.check_array("k", k, low=0.0, integer=True)
+  _numerics.check_same_shape(epsilon=epsilon, delta=delta, k=k)
   epsilon, delta, k = _float(epsilon, delta, k)
   return k * epsilon, jnp.minimum(k * delta, 1.0)
 
@@ -80,6 +81,7 @@ def advanced(epsilon, delta, k, delta_slack):
   _numerics.check_array("k", k, low=0.0, integer=True)
   _numerics.check_array("delta_slack", delta_slack, low=0.0, high=1.0,
                         low_open=True)
+  _numerics.check_same_shape(epsilon=epsilon, delta=delta, k=k, delta_slack=delta_slack)
   epsilon, delta, k, delta_slack = _float(epsilon, delta, k, delta_slack)
   log_inv = jnp.maximum(-jnp.log(delta_slack), 0.0)
   eps_total = (jnp.sqrt(2.0 * k * log_inv) * epsilon

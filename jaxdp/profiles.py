@@ -77,6 +77,8 @@ _DIRECTIONS = ("max", "remove", "add")
 
 
 def _float_dtype(*xs):
+  # Python lists/tuples are arrays to the user; jnp.result_type rejects them.
+  xs = [np.asarray(x) if isinstance(x, (list, tuple)) else x for x in xs]
   dt = jnp.result_type(*xs)
   return dt if jnp.issubdtype(dt, jnp.floating) else jnp.result_type(float)
 
@@ -186,6 +188,7 @@ def gaussian_log_delta(epsilon, sigma, sensitivity=1.0):
   _check_epsilon(epsilon)
   _check_positive("sigma", sigma)
   _check_positive("sensitivity", sensitivity)
+  nx.check_same_shape(epsilon=epsilon, sigma=sigma, sensitivity=sensitivity)
   epsilon, sigma, sensitivity, _ = _as_float(epsilon, sigma, sensitivity)
   return _gaussian_log_delta_jit(epsilon, sensitivity / sigma)
 
@@ -250,6 +253,7 @@ def gaussian_epsilon(delta, sigma, sensitivity=1.0):
   _check_target_delta(delta)
   _check_positive("sigma", sigma)
   _check_positive("sensitivity", sensitivity)
+  nx.check_same_shape(delta=delta, sigma=sigma, sensitivity=sensitivity)
   return _gaussian_epsilon_core(*_as_float(delta, sigma, sensitivity)[:3])
 
 
@@ -312,6 +316,7 @@ def analytic_gaussian_sigma(epsilon, delta, sensitivity=1.0):
   _check_epsilon(epsilon)
   _check_target_delta(delta)
   _check_positive("sensitivity", sensitivity)
+  nx.check_same_shape(epsilon=epsilon, delta=delta, sensitivity=sensitivity)
   return _analytic_gaussian_core(*_as_float(epsilon, delta, sensitivity)[:3])
 
 
@@ -363,6 +368,7 @@ def laplace_log_delta(epsilon, b, sensitivity=1.0):
   _check_epsilon(epsilon)
   _check_positive("b", b)
   _check_positive("sensitivity", sensitivity)
+  nx.check_same_shape(epsilon=epsilon, b=b, sensitivity=sensitivity)
   epsilon, b, sensitivity, dtype = _as_float(epsilon, b, sensitivity)
   ulp = _ulp(dtype)
   theta = _up(sensitivity / b, dtype)
@@ -407,6 +413,7 @@ def sampled_gaussian_log_delta(epsilon, q, sigma, direction="max"):
   _check_epsilon(epsilon)
   nx.check_array("q", q, low=0.0, high=1.0)
   _check_positive("sigma", sigma)
+  nx.check_same_shape(epsilon=epsilon, q=q, sigma=sigma)
   return _sampled_gaussian_core(*_as_float(epsilon, q, sigma)[:3], direction=direction)
 
 
@@ -597,6 +604,7 @@ def amplify_poisson(epsilon, delta, gamma) -> Tuple[jax.Array, jax.Array]:
   _check_epsilon(epsilon)
   nx.check_array("delta", delta, low=0.0, high=1.0)
   nx.check_array("gamma", gamma, low=0.0, high=1.0)
+  nx.check_same_shape(epsilon=epsilon, delta=delta, gamma=gamma)
   epsilon, delta, gamma, dtype = _as_float(epsilon, delta, gamma)
   return _finish_amplification(epsilon, delta, gamma, dtype)
 
@@ -623,6 +631,7 @@ def amplify_without_replacement(epsilon, delta, m, n) -> Tuple[jax.Array, jax.Ar
   _check_epsilon(epsilon)
   nx.check_array("delta", delta, low=0.0, high=1.0)
   _check_m_n(m, n)
+  nx.check_same_shape(epsilon=epsilon, delta=delta, m=m, n=n)
   epsilon, delta, m, n, dtype = _as_float(epsilon, delta, m, n)
   return _finish_amplification(epsilon, delta, m / n, dtype)
 
@@ -699,6 +708,7 @@ def randomized_response(epsilon, p):
   """
   _check_epsilon(epsilon)
   nx.check_array("p", p, low=0.0, high=1.0)
+  nx.check_same_shape(epsilon=epsilon, p=p)
   epsilon, p, _ = _as_float(epsilon, p)
   pt = jnp.maximum(p, 1.0 - p)
   rest = 1.0 - pt
@@ -724,6 +734,7 @@ def randomized_membership(epsilon, p, eta):
   _check_epsilon(epsilon)
   nx.check_array("p", p, low=0.0, high=1.0)
   nx.check_array("eta", eta, low=0.0, high=1.0)
+  nx.check_same_shape(epsilon=epsilon, p=p, eta=eta)
   epsilon, p, eta, _ = _as_float(epsilon, p, eta)
   pt = jnp.maximum(p, 1.0 - p)
   rest = 1.0 - pt
