@@ -1,0 +1,468 @@
+"""The ``jaxdp`` command line: privacy accounting for DP-SGD from the shell.
+
+Examples::
+
+  jaxdp epsilon --q 0.004 --sigma 1.1 --steps 14062 --delta 1e-5
+  jaxdp epsilon --batch-size 256 --dataset-size 60000 --epochs 60 --sigma 1.1 --delta 1e-5
+  jaxdp delta --q 0.004 --sigma 1.1 --steps 14062 --epsilon 3
+  jaxdp calibrate --target-epsilon 3 --delta 1e-5 --q 0.004 --steps 14062
+  jaxdp calibrate --solve steps --target-epsilon 3 --delta 1e-5 --q 0.004 --sigma 1.1
+  jaxdp calibrate --solve sampling-rate --target-epsilon 3 --delta 1e-5 --sigma 1.1 \\
+      --steps 14062 --dataset-size 60000
+  jaxdp sweep grid.csv --out results.csv
+
+Exit status: 0 on success, 1 when some sweep rows (or a calibration) failed,
+2 on invalid arguments (one ``jaxdp: error: ...`` line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+import warnings
+from typing import List, Optional
+
+import numpy as np
+
+__all__ = ["main"]
+
+_PROG = "jaxdp"
+# Sweep columns: the five DP-SGD quantities (one is the unknown) and helpers.
+_QUANTITIES = ("epsilon", "delta", "sigma", "steps", "q")
+_HELPERS = ("batch_size", "dataset_size", "epochs")
+
+
+class _UsageError(Exception):
+  pass
+
+
+class _Parser(argparse.ArgumentParser):
+  """ArgumentParser whose errors are one line on stderr and exit status 2."""
+
+  def error(self, message):
+    raise _UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _fmt(x) -> str:
+  x = float(x)
+  if math.isinf(x) or math.isnan(x):
+    return str(x)
+  if x == int(x) and abs(x) < 2**53:
+    return str(int(x))
+  return repr(x)
+
+
+# --------------------------------------------------------------------------
+# Argument parsing
+# --------------------------------------------------------------------------
+
+
+def _add_mechanism(p, *, sigma=True, q_steps=True):
+  g = p.add_argument_group("DP-SGD configuration (give --q/--steps, or the batch form)")
+  if q_steps:
+    g.add_argument("--q", type=float, help="sampling rate: probability that an example is in a "
+                   "batch (Poisson sampling), e.g. batch size / dataset size")
+    g.add_argument("--steps", type=float, help="number of noisy gradient steps")
+    g.add_argument("--batch-size", type=float, help="expected batch size B (with "
+                   "--dataset-size: q = B/N)")
+    g.add_argument("--dataset-size", type=float, help="number of training examples N")
+    g.add_argument("--epochs", type=float, help="passes over the data (with the batch form: "
+                   "steps = ceil(epochs * N / B))")
+  if sigma:
+    g.add_argument("--sigma", type=float, help="noise multiplier: Gaussian noise std divided "
+                   "by the clipping norm")
+  p.add_argument("--accountant", choices=("rdp", "pld"), default="rdp",
+                 help="rdp: Renyi DP (fast, default); pld: privacy-loss distributions "
+                 "(tighter, slower)")
+  _add_orders(p)
+
+
+def _add_orders(p):
+  p.add_argument("--orders", type=_orders_arg, default=None, metavar="A1,A2,...",
+                 help="RDP orders (comma-separated, each > 1; default: jaxdp.rdp.DEFAULT_ORDERS)")
+
+
+def _orders_arg(text):
+  try:
+    return tuple(float(x) for x in text.split(",") if x.strip())
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected comma-separated numbers; found {text!r}") from None
+
+
+def _build_parser() -> argparse.ArgumentParser:
+  parser = _Parser(
+      prog=_PROG,
+      description="Differential-privacy accounting for DP-SGD (Poisson-sampled Gaussian "
+      "mechanism): compute the privacy budget (epsilon, delta) of a training run, or "
+      "calibrate the noise, number of steps or sampling rate to meet a budget.",
+      epilog="examples:" + __doc__.split("Examples::", 1)[1].split("Exit status", 1)[0].rstrip()
+      + "\n\nRun 'jaxdp COMMAND --help' for the options of a command. Exit status: 0 ok, "
+      "1 some rows/targets failed, 2 invalid arguments.",
+      formatter_class=argparse.RawDescriptionHelpFormatter)
+  sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+  p = sub.add_parser("epsilon", help="epsilon spent by a DP-SGD run at a given delta",
+                     description="Print the epsilon (an upper bound) of a DP-SGD run at the "
+                     "given delta.")
+  _add_mechanism(p)
+  p.add_argument("--delta", type=float, required=True, help="target delta, e.g. 1e-5 "
+                 "(typically below 1/dataset size)")
+
+  p = sub.add_parser("delta", help="delta of a DP-SGD run at a given epsilon",
+                     description="Print the delta (an upper bound) of a DP-SGD run at the "
+                     "given epsilon.")
+  _add_mechanism(p)
+  p.add_argument("--epsilon", type=float, required=True, help="epsilon >= 0")
+
+  p = sub.add_parser("calibrate", help="solve for sigma, steps or sampling rate given a budget",
+                     description="Find the smallest noise multiplier (default), the largest "
+                     "number of steps, or the largest sampling rate that meets the budget "
+                     "(target epsilon, delta). The answer is checked: it never overspends.")
+  _add_mechanism(p)
+  p.add_argument("--target-epsilon", type=float, required=True, help="epsilon budget")
+  p.add_argument("--delta", type=float, required=True, help="delta, e.g. 1e-5")
+  p.add_argument("--solve", choices=("sigma", "steps", "sampling-rate"), default="sigma",
+                 help="the unknown (default: sigma)")
+  p.add_argument("--rtol", type=float, default=1e-6, help="relative tolerance (default 1e-6)")
+
+  p = sub.add_parser(
+      "sweep", help="evaluate a CSV/JSON grid of configurations",
+      description="Read one configuration per row from a CSV (header line) or JSON (list of "
+      "objects) file with columns among: epsilon, delta, sigma, steps, q, batch_size, "
+      "dataset_size, epochs. In each row exactly one of epsilon, delta, sigma, steps, q must "
+      "be unknown (empty cell, null, or missing column); when sigma, steps or q is unknown, "
+      "epsilon is the target budget. q may be given as batch_size/dataset_size and steps as "
+      "epochs. Invalid rows are reported on stderr with their line number and skipped; the "
+      "exit status is 1 if any row failed.",
+      formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("grid", help="input file, .csv or .json")
+  p.add_argument("--out", required=True, help="output file, .csv or .json (all input columns "
+                 "plus the solved ones)")
+  p.add_argument("--accountant", choices=("rdp", "pld"), default="rdp",
+                 help="rdp (default) or pld")
+  _add_orders(p)
+  p.add_argument("--progress", dest="progress", action="store_true", default=None,
+                 help="show a progress bar (default: when stderr is a terminal)")
+  p.add_argument("--no-progress", dest="progress", action="store_false")
+  return parser
+
+
+# --------------------------------------------------------------------------
+# Single-configuration commands
+# --------------------------------------------------------------------------
+
+
+def _resolve_q_steps(args, need_q=True, need_steps=True):
+  """q and steps from --q/--steps or the batch form; None when not needed."""
+  q, steps = args.q, args.steps
+  b, n, e = args.batch_size, args.dataset_size, args.epochs
+  if q is not None and b is not None:
+    raise ValueError("give either --q or --batch-size/--dataset-size, not both.")
+  if q is None and (b is not None or n is not None) and need_q:
+    if b is None or n is None:
+      raise ValueError("--batch-size needs --dataset-size (q = batch size / dataset size).")
+    if not n >= 1 or not b >= 1 or b > n:
+      raise ValueError(f"need 1 <= --batch-size <= --dataset-size; found {b:g} and {n:g}.")
+    q = b / n
+  if steps is not None and e is not None:
+    raise ValueError("give either --steps or --epochs, not both.")
+  if steps is None and e is not None and need_steps:
+    if not e > 0 or not math.isfinite(e):
+      raise ValueError(f"--epochs must be positive; found {e:g}.")
+    if b is not None and n is not None:
+      steps = math.ceil(e * n / b - 1e-9)
+    elif q is not None:
+      steps = math.ceil(e / q - 1e-9)
+    else:
+      raise ValueError("--epochs needs --q or --batch-size/--dataset-size.")
+  if need_q and q is None:
+    raise ValueError("missing --q (or --batch-size with --dataset-size).")
+  if need_steps and steps is None:
+    raise ValueError("missing --steps (or --epochs).")
+  return q, steps
+
+
+def _acc(args):
+  """accountant/orders keyword arguments (orders only for RDP)."""
+  if args.orders is not None and args.accountant == "pld":
+    raise ValueError("--orders applies to --accountant rdp only.")
+  kw = dict(accountant=args.accountant)
+  if args.orders is not None:
+    kw["orders"] = np.asarray(args.orders)
+  return kw
+
+
+def _need(args, name, flag):
+  v = getattr(args, name)
+  if v is None:
+    raise ValueError(f"missing {flag}.")
+  return v
+
+
+def _cmd_forward(args) -> int:
+  import jaxdp
+  q, steps = _resolve_q_steps(args)
+  sigma = _need(args, "sigma", "--sigma")
+  if args.command == "epsilon":
+    value = jaxdp.epsilon(q, sigma, steps, args.delta, **_acc(args))
+  else:
+    value = jaxdp.delta(q, sigma, steps, args.epsilon, **_acc(args))
+  print(f"{args.command} = {_fmt(value)}")
+  return 0
+
+
+def _cmd_calibrate(args) -> int:
+  from jaxdp import calibrate
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    if args.solve == "sigma":
+      q, steps = _resolve_q_steps(args)
+      value = calibrate.sigma(args.target_epsilon, args.delta, q, steps, rtol=args.rtol,
+                              **_acc(args))
+      print(f"sigma = {_fmt(value)}")
+      if math.isinf(value):
+        print(f"{_PROG}: the target cannot be met by any sigma <= "
+              f"{calibrate.SIGMA_RANGE[1]:g} at this delta.", file=sys.stderr)
+        return 1
+      return 0
+    sigma = _need(args, "sigma", "--sigma")
+    if args.solve == "steps":
+      if args.steps is not None or args.epochs is not None:
+        raise ValueError("--solve steps: do not give --steps or --epochs.")
+      q, _ = _resolve_q_steps(args, need_steps=False)
+      value = calibrate.steps(args.target_epsilon, args.delta, q, sigma, **_acc(args))
+      print(f"steps = {_fmt(value)}")
+      if args.dataset_size is not None and args.batch_size is not None and math.isfinite(value):
+        print(f"epochs = {_fmt(value * args.batch_size / args.dataset_size)}")
+      return 0
+    if args.q is not None or args.batch_size is not None:
+      raise ValueError("--solve sampling-rate: do not give --q or --batch-size.")
+    steps = args.steps
+    if steps is None:
+      raise ValueError("missing --steps (epochs depend on the unknown batch size).")
+    value = calibrate.sampling_rate(args.target_epsilon, args.delta, sigma, steps,
+                                    rtol=args.rtol, **_acc(args))
+    print(f"q = {_fmt(value)}")
+    if args.dataset_size is not None:
+      print(f"batch_size = {_fmt(math.floor(value * args.dataset_size + 1e-9))}")
+    if value == 0.0:
+      print(f"{_PROG}: no sampling rate >= {calibrate.MIN_SAMPLING_RATE:g} meets the target.",
+            file=sys.stderr)
+      return 1
+    return 0
+
+
+# --------------------------------------------------------------------------
+# Sweep
+# --------------------------------------------------------------------------
+
+
+def _read_rows(path):
+  """Rows as (label, dict of str → raw value), plus the column order."""
+  ext = os.path.splitext(path)[1].lower()
+  if ext not in (".csv", ".json"):
+    raise ValueError(f"grid file must end in .csv or .json; found {path!r}.")
+  try:
+    with open(path, newline="") as f:
+      if ext == ".csv":
+        reader = csv.DictReader(f)
+        rows = []
+        for raw in reader:
+          rows.append((f"line {reader.line_num}", raw))
+        columns = list(reader.fieldnames or [])
+      else:
+        data = json.load(f)
+        if isinstance(data, dict) and "rows" in data:
+          data = data["rows"]
+        if not isinstance(data, list):
+          raise ValueError(f"JSON grid must be a list of objects; found {type(data).__name__}.")
+        rows, columns = [], []
+        for i, raw in enumerate(data, 1):
+          rows.append((f"entry {i}", raw))
+          if isinstance(raw, dict):
+            columns += [k for k in raw if k not in columns]
+  except OSError as e:
+    raise ValueError(f"cannot read {path!r}: {e.strerror or e}.") from None
+  except (json.JSONDecodeError, csv.Error, UnicodeDecodeError) as e:
+    raise ValueError(f"cannot parse {path!r}: {e}.") from None
+  return rows, columns
+
+
+def _number(name, raw):
+  if raw is None:
+    return None
+  if isinstance(raw, bool):
+    raise ValueError(f"{name} must be a number; found {raw!r}.")
+  if isinstance(raw, (int, float)):
+    return float(raw)
+  if isinstance(raw, str):
+    if raw.strip() == "":
+      return None
+    try:
+      return float(raw)
+    except ValueError:
+      raise ValueError(f"{name} must be a number; found {raw!r}.") from None
+  raise ValueError(f"{name} must be a number; found {raw!r}.")
+
+
+def _parse_row(raw):
+  """One row → (unknown, values dict). Raises ValueError with a clear message."""
+  from jaxdp import _numerics as nx
+  if not isinstance(raw, dict):
+    raise ValueError(f"row must be an object of column: value; found {raw!r}.")
+  unknown_cols = [k for k in raw if k is not None and k not in _QUANTITIES + _HELPERS]
+  if None in raw:
+    raise ValueError("row has more cells than the header.")
+  if unknown_cols:
+    raise ValueError(f"unknown column {unknown_cols[0]!r} (expected some of "
+                     f"{', '.join(_QUANTITIES + _HELPERS)}).")
+  v = {k: _number(k, raw.get(k)) for k in _QUANTITIES + _HELPERS}
+  ranges = dict(
+      epsilon=dict(low=0.0), delta=dict(low=0.0, high=1.0, low_open=True, high_open=True),
+      sigma=dict(low=0.0, low_open=True), steps=dict(low=0.0, integer=True),
+      q=dict(low=0.0, high=1.0), batch_size=dict(low=1.0), dataset_size=dict(low=1.0),
+      epochs=dict(low=0.0, low_open=True))
+  for k, kw in ranges.items():
+    if v[k] is not None:
+      nx.check_array(k, v[k], **kw)
+  b, n, e = v["batch_size"], v["dataset_size"], v["epochs"]
+  if v["q"] is None and b is not None:
+    if n is None:
+      raise ValueError("batch_size needs dataset_size (q = batch_size / dataset_size).")
+    if b > n:
+      raise ValueError(f"batch_size must not exceed dataset_size; found {b:g} > {n:g}.")
+    v["q"] = b / n
+  if v["steps"] is None and e is not None and v["q"] is not None:
+    v["steps"] = float(math.ceil(e / v["q"] - 1e-9)) if v["q"] > 0 else 0.0
+  missing = [k for k in _QUANTITIES if v[k] is None]
+  if len(missing) != 1:
+    if not missing:
+      raise ValueError("nothing to compute: leave one of epsilon, delta, sigma, steps, q empty.")
+    raise ValueError(f"exactly one of epsilon, delta, sigma, steps, q must be unknown; "
+                     f"found {len(missing)} unknown ({', '.join(missing)}).")
+  unknown = missing[0]
+  if unknown == "epsilon" and v["delta"] is None:
+    raise ValueError("delta is required.")
+  if unknown != "delta" and unknown != "epsilon" and v["epsilon"] is None:
+    raise ValueError("epsilon (the target budget) is required.")
+  return unknown, v
+
+
+def _solve_group(unknown, vals, acc, progress):
+  from jaxdp import sweep
+  col = lambda k: np.array([r[k] for r in vals], np.float64)
+  accountant = acc["accountant"]
+  orders = acc.get("orders")
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    if unknown == "epsilon":
+      return sweep.epsilon(col("q"), col("sigma"), col("steps"), col("delta"),
+                           accountant=accountant, orders=orders, progress=progress)
+    if unknown == "delta":
+      return sweep.delta(col("q"), col("sigma"), col("steps"), col("epsilon"),
+                         accountant=accountant, orders=orders, progress=progress)
+    if unknown == "sigma":
+      return sweep.sigma(col("epsilon"), col("delta"), col("q"), col("steps"),
+                         accountant=accountant, orders=orders, progress=progress)
+    if unknown == "steps":
+      return sweep.steps(col("epsilon"), col("delta"), col("q"), col("sigma"),
+                         accountant=accountant, orders=orders, progress=progress)
+    return sweep.sampling_rate(col("epsilon"), col("delta"), col("sigma"), col("steps"),
+                               accountant=accountant, orders=orders, progress=progress)
+
+
+def _write_rows(path, columns, rows):
+  ext = os.path.splitext(path)[1].lower()
+  if ext not in (".csv", ".json"):
+    raise ValueError(f"--out must end in .csv or .json; found {path!r}.")
+  try:
+    with open(path, "w", newline="") as f:
+      if ext == ".csv":
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+          w.writerow({k: ("" if r.get(k) is None else _fmt(r[k])) for k in columns})
+      else:
+        out = []
+        for r in rows:
+          out.append({k: (None if r.get(k) is None else
+                          (int(r[k]) if k in ("steps", "batch_size", "dataset_size")
+                           and math.isfinite(r[k]) else
+                           (r[k] if math.isfinite(r[k]) else str(r[k]))))
+                      for k in columns})
+        json.dump(out, f, indent=1)
+        f.write("\n")
+  except OSError as e:
+    raise ValueError(f"cannot write {path!r}: {e.strerror or e}.") from None
+
+
+def _cmd_sweep(args) -> int:
+  acc = _acc(args)
+  rows, columns = _read_rows(args.grid)
+  progress = sys.stderr.isatty() if args.progress is None else args.progress
+  parsed = []
+  failed = 0
+  for label, raw in rows:
+    try:
+      unknown, vals = _parse_row(raw)
+    except ValueError as e:
+      print(f"{_PROG}: {args.grid}, {label}: {e} (row skipped)", file=sys.stderr)
+      failed += 1
+      continue
+    parsed.append((label, unknown, vals))
+  for unknown in _QUANTITIES:
+    group = [p for p in parsed if p[1] == unknown]
+    if not group:
+      continue
+    result = _solve_group(unknown, [g[2] for g in group], acc, progress)
+    for (label, _, vals), value in zip(group, np.asarray(result).reshape(-1)):
+      vals[unknown] = float(value)
+      if unknown == "q" and vals["dataset_size"] is not None:
+        vals["batch_size"] = float(math.floor(value * vals["dataset_size"] + 1e-9))
+      if (unknown == "sigma" and math.isinf(value)) or (unknown == "q" and value == 0.0):
+        print(f"{_PROG}: {args.grid}, {label}: the target epsilon cannot be met "
+              f"({unknown} = {_fmt(value)})", file=sys.stderr)
+        failed += 1
+  out_cols = list(columns) + [k for k in _QUANTITIES if k not in columns]
+  if any(p[1] == "q" and p[2]["dataset_size"] is not None for p in parsed) and \
+      "batch_size" not in out_cols:
+    out_cols.append("batch_size")
+  _write_rows(args.out, out_cols, [p[2] for p in parsed])
+  print(f"{_PROG}: wrote {len(parsed)} row(s) to {args.out}"
+        + (f"; {failed} row(s) failed" if failed else ""), file=sys.stderr)
+  return 1 if failed else 0
+
+
+# --------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+  """Runs the ``jaxdp`` command line; returns the exit status."""
+  parser = _build_parser()
+  try:
+    args = parser.parse_args(argv)
+    if args.command is None:
+      parser.print_help()
+      return 2
+    if args.command in ("epsilon", "delta"):
+      return _cmd_forward(args)
+    if args.command == "calibrate":
+      return _cmd_calibrate(args)
+    return _cmd_sweep(args)
+  except (_UsageError, ValueError) as e:
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    print(f"{_PROG}: error: {msg}", file=sys.stderr)
+    return 2
+  except KeyboardInterrupt:
+    print(f"{_PROG}: interrupted", file=sys.stderr)
+    return 130
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,142 @@
+"""Tests for the jaxdp command line (in-process via main(), plus one subprocess)."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import jaxdp
+from jaxdp import calibrate, cli
+
+ORD = "2,3,4,6,8,16,32,64"
+ORDERS = np.array([2.0, 3, 4, 6, 8, 16, 32, 64])
+
+
+def run(capsys, *argv):
+  code = cli.main(list(argv))
+  out, err = capsys.readouterr()
+  return code, out, err
+
+
+def test_epsilon_and_batch_form(capsys):
+  code, out, err = run(capsys, "epsilon", "--q", "0.004", "--sigma", "1.1", "--steps", "14062",
+                       "--delta", "1e-5", "--orders", ORD)
+  assert code == 0 and err == ""
+  ref = jaxdp.epsilon(0.004, 1.1, 14062, 1e-5, orders=ORDERS)
+  assert out.strip() == f"epsilon = {float(ref)!r}"
+  # 240 / 60000 = 0.004, 60 epochs → 15000 steps
+  code, out, _ = run(capsys, "epsilon", "--batch-size", "240", "--dataset-size", "60000",
+                     "--epochs", "60", "--sigma", "1.1", "--delta", "1e-5", "--orders", ORD)
+  assert code == 0
+  assert float(out.split("=")[1]) == jaxdp.epsilon(0.004, 1.1, 15000, 1e-5, orders=ORDERS)
+  code, out, _ = run(capsys, "delta", "--q", "0.004", "--sigma", "1.1", "--steps", "100",
+                     "--epsilon", "1", "--orders", ORD)
+  assert code == 0 and float(out.split("=")[1]) == jaxdp.delta(0.004, 1.1, 100, 1.0,
+                                                                orders=ORDERS)
+
+
+def test_calibrate_commands(capsys):
+  code, out, _ = run(capsys, "calibrate", "--target-epsilon", "3", "--delta", "1e-5", "--q",
+                     "0.004", "--steps", "14062", "--orders", ORD)
+  assert code == 0
+  s = float(out.split("=")[1])
+  assert jaxdp.epsilon(0.004, s, 14062, 1e-5, orders=ORDERS) <= 3
+  code, out, _ = run(capsys, "calibrate", "--solve", "steps", "--target-epsilon", "3",
+                     "--delta", "1e-5", "--q", "0.004", "--sigma", "1.1", "--orders", ORD)
+  t = float(out.split("=")[1])
+  assert code == 0 and t == calibrate.steps(3, 1e-5, 0.004, 1.1, orders=ORDERS)
+  code, out, _ = run(capsys, "calibrate", "--solve", "sampling-rate", "--target-epsilon", "3",
+                     "--delta", "1e-5", "--sigma", "1.1", "--steps", "1000", "--dataset-size",
+                     "60000", "--orders", ORD)
+  lines = dict(line.split(" = ") for line in out.strip().splitlines())
+  q = float(lines["q"])
+  assert code == 0 and jaxdp.epsilon(q, 1.1, 1000, 1e-5, orders=ORDERS) <= 3
+  assert int(lines["batch_size"]) == int(np.floor(q * 60000 + 1e-9))
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["epsilon", "--q", "2", "--sigma", "1", "--steps", "10", "--delta", "1e-5"], "q must be"),
+    (["epsilon", "--q", "0.1", "--sigma", "1", "--steps", "10"], "--delta"),
+    (["epsilon", "--q", "0.1", "--sigma", "1", "--steps", "10", "--delta", "abc"], "abc"),
+    (["calibrate", "--target-epsilon", "1", "--delta", "1e-5", "--q", "0.1"], "--steps"),
+    (["frobnicate"], "invalid choice"),
+    (["sweep", "missing.csv", "--out", "x.csv"], "cannot read"),
+])
+def test_errors_are_one_line_exit_2(capsys, argv, needle):
+  code, out, err = run(capsys, *argv)
+  assert code == 2
+  assert err.count("\n") == 1 and err.startswith("jaxdp: error: ") and needle in err
+  assert "Traceback" not in err
+
+
+def _write_csv(path, header, rows):
+  with open(path, "w", newline="") as f:
+    f.write(",".join(header) + "\n")
+    for r in rows:
+      f.write(",".join(r) + "\n")
+
+
+def test_sweep_csv_round_trip_with_bad_rows(tmp_path, capsys):
+  grid = tmp_path / "grid.csv"
+  _write_csv(grid, ["q", "sigma", "steps", "delta", "epsilon"], [
+      ["0.01", "1.1", "1000", "1e-5", ""],        # line 2: epsilon unknown
+      ["0.01", "", "1000", "1e-5", "2.0"],        # line 3: sigma unknown
+      ["0.01", "1.1", "", "1e-5", "2.0"],         # line 4: steps unknown
+      ["", "1.1", "1000", "1e-5", "2.0"],         # line 5: q unknown
+      ["0.01", "1.1", "1000", "", "2.0"],         # line 6: delta unknown
+      ["abc", "1.1", "1000", "1e-5", ""],         # line 7: bad number
+      ["0.01", "-1", "1000", "1e-5", ""],         # line 8: bad sigma
+      ["0.01", "", "", "1e-5", "2.0"],            # line 9: two unknowns
+  ])
+  out = tmp_path / "res.csv"
+  code, _, err = run(capsys, "sweep", str(grid), "--out", str(out), "--orders", ORD,
+                     "--no-progress")
+  assert code == 1
+  for line in (7, 8, 9):
+    assert f"line {line}:" in err
+  assert "line 2:" not in err and "Traceback" not in err
+  with open(out) as f:
+    rows = list(csv.DictReader(f))
+  assert len(rows) == 5
+  r = [{k: float(v) for k, v in row.items()} for row in rows]
+  assert r[0]["epsilon"] == jaxdp.epsilon(0.01, 1.1, 1000, 1e-5, orders=ORDERS)
+  assert jaxdp.epsilon(0.01, r[1]["sigma"], 1000, 1e-5, orders=ORDERS) <= 2.0
+  assert r[1]["sigma"] == calibrate.sigma(2.0, 1e-5, 0.01, 1000, orders=ORDERS)
+  assert r[2]["steps"] == calibrate.steps(2.0, 1e-5, 0.01, 1.1, orders=ORDERS)
+  assert jaxdp.epsilon(r[3]["q"], 1.1, 1000, 1e-5, orders=ORDERS) <= 2.0
+  assert r[4]["delta"] == jaxdp.delta(0.01, 1.1, 1000, 2.0, orders=ORDERS)
+
+
+def test_sweep_json_round_trip_batch_form(tmp_path, capsys):
+  grid = tmp_path / "grid.json"
+  grid.write_text(json.dumps([
+      {"batch_size": 600, "dataset_size": 60000, "epochs": 10, "delta": 1e-5, "epsilon": 3.0},
+      {"batch_size": 600, "dataset_size": 60000, "epochs": 10, "delta": 1e-5, "sigma": 1.0,
+       "epsilon": None},
+      {"sigma": 1.0, "steps": 1000, "delta": 1e-5, "epsilon": 3.0, "dataset_size": 60000},
+      {"q": "x", "sigma": 1.0, "steps": 10, "delta": 1e-5},
+  ]))
+  out = tmp_path / "res.json"
+  code, _, err = run(capsys, "sweep", str(grid), "--out", str(out), "--orders", ORD)
+  assert code == 1 and "entry 4:" in err
+  res = json.loads(out.read_text())
+  assert len(res) == 3
+  assert res[0]["steps"] == 1000 and res[0]["q"] == 0.01
+  assert jaxdp.epsilon(0.01, res[0]["sigma"], 1000, 1e-5, orders=ORDERS) <= 3.0
+  assert res[1]["epsilon"] == jaxdp.epsilon(0.01, 1.0, 1000, 1e-5, orders=ORDERS)
+  assert res[2]["batch_size"] == int(np.floor(res[2]["q"] * 60000 + 1e-9))
+
+
+def test_module_and_console_script():
+  out = subprocess.run([sys.executable, "-m", "jaxdp.cli", "--help"], capture_output=True,
+                       text=True, timeout=120)
+  assert out.returncode == 0 and "calibrate" in out.stdout and "sweep" in out.stdout
+  out = subprocess.run([sys.executable, "-m", "jaxdp.cli", "calibrate", "--target-epsilon",
+                        "-1", "--delta", "1e-5", "--q", "0.1", "--steps", "10"],
+                       capture_output=True, text=True, timeout=120)
+  assert out.returncode == 2
+  assert out.stderr.strip().splitlines() == [
+      "jaxdp: error: target_epsilon must be in [0.0, inf]; found -1.0."]
