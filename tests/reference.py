@@ -143,3 +143,69 @@ def ref_sgm_rdp(q, sigma, alpha, dps=40):
     pts = sorted(set([-mp.inf, -12 * s, mp.mpf(0), mp.mpf(1) / 2, mp.mpf(2), a * q, a / 2, a,
                       a + 12 * s, mp.inf]))
     return mp.log1p(mp.quad(integrand, pts)) / (a - 1)
+
+
+# --------------------------------------------------------------------------
+# Audit references (issue 8): conversions, exact one-step profiles, pure-DP
+# composition. Independent of jaxdp's formulas where possible.
+# --------------------------------------------------------------------------
+
+
+def ref_sgm_rdp_auto(q, sigma, alpha):
+  """``ref_sgm_rdp`` with the working precision raised for tiny q and huge σ.
+
+  A_α - 1 ~ C(α,2) q² (e^{1/σ²} - 1) cancels about 2·log10(1/q) + 2·log10(σ)
+  digits inside (1+u)^α - 1 - αu, so the precision grows with them.
+  """
+  import math
+  dps = 30 + int(2 * max(0.0, -math.log10(q)) + 2 * max(0.0, math.log10(sigma)))
+  return ref_sgm_rdp(q, sigma, alpha, dps=dps)
+
+
+def ref_rdp_to_epsilon(rdp, alpha, delta, method="improved", dps=40):
+  """ε at one order from RDP value(s), in mpmath (mp numbers in, mpf out).
+
+  classic (Mironov 2017, Prop 3): ε(α) + log(1/δ)/(α-1);
+  improved (Balle et al. 2020, Prop 12): ε(α) + log((α-1)/α) - (log δ + log α)/(α-1).
+  Both floored at 0.
+  """
+  import mpmath as mp
+  with mp.workdps(dps):
+    r, a, d = mp.mpf(rdp), mp.mpf(alpha), mp.mpf(delta)
+    if method == "classic":
+      e = r + mp.log(1 / d) / (a - 1)
+    else:
+      e = r + mp.log((a - 1) / a) - (mp.log(d) + mp.log(a)) / (a - 1)
+    return max(e, mp.mpf(0))
+
+
+def ref_sgm_delta(epsilon, q, sigma, dps=50):
+  """Exact one-step δ(ε) of the Poisson-sampled Gaussian: max over add/remove."""
+  return max(ref_sampled_gaussian_delta(epsilon, q, sigma, "remove", dps=dps),
+             ref_sampled_gaussian_delta(epsilon, q, sigma, "add", dps=dps))
+
+
+def ref_pure_dp_composition_delta(epsilon, delta, k, epsilon_total, dps=50):
+  """Exact δ of the k-fold composition of (ε, δ)-DP mechanisms at ε_total.
+
+  The worst case is k-fold randomized response (Kairouz, Oh & Viswanath 2015):
+  with p = e^ε/(1+e^ε) the loss is ε(k-2i) with probability
+  C(k,i) p^{k-i}(1-p)^i, so δ_pure = Σ_i C(k,i)[p^{k-i}(1-p)^i - e^{ε_tot} p^i (1-p)^{k-i}]_+
+  (a direct hockey-stick sum over the output distribution), and
+  δ_total = 1 - (1-δ)^k (1 - δ_pure).
+  """
+  import mpmath as mp
+  with mp.workdps(dps):
+    e = mp.mpf(epsilon)
+    p = mp.exp(e) / (1 + mp.exp(e))
+    c = mp.exp(mp.mpf(epsilon_total))
+    k = int(k)
+    total = mp.fsum(
+        max(mp.binomial(k, i) * (p ** (k - i) * (1 - p) ** i - c * p ** i * (1 - p) ** (k - i)), 0)
+        for i in range(k + 1))
+    return 1 - (1 - mp.mpf(delta)) ** k * (1 - total)
+
+
+def ref_randomized_response_delta(epsilon_total, epsilon, dps=40):
+  """δ of one ε-DP randomized response at ε_total: [p - e^{ε_tot}(1-p)]_+."""
+  return ref_pure_dp_composition_delta(epsilon, 0.0, 1, epsilon_total, dps=dps)
