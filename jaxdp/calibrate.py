@@ -164,8 +164,8 @@ def _propose(s: _Bracket, xmin, xmax, tol):
   margin = jnp.minimum(0.05 * w, 0.25 * tol)
   p_both = jnp.clip(p_both, s.lo + margin, s.hi - margin)
   grow = jnp.exp2(jnp.minimum(s.run - 1, 8).astype(s.lo.dtype))
-  step_dn = jnp.clip(-1.5 * s.ghi, 0.1, 4.0) * grow
-  step_up = jnp.clip(1.5 * s.glo, 0.1, 4.0) * grow
+  step_dn = jnp.clip(-1.5 * s.ghi, 2.0 * tol, 4.0) * grow
+  step_up = jnp.clip(1.5 * s.glo, 2.0 * tol, 4.0) * grow
   p_dn = jnp.maximum(s.hi - jnp.where(jnp.isnan(step_dn), 1.0, step_dn), xmin)
   p_up = jnp.minimum(s.lo + jnp.where(jnp.isnan(step_up), 1.0, step_up), xmax)
   both = s.has_lo & s.has_hi
@@ -295,7 +295,9 @@ def _solver_fn(kind, orders_key, max_iter=_MAX_ITER):
       return rdp.dpsgd_epsilon(q, s, b, d, orders)
 
     s = _solve(eps_of_x, t, x0, xmin, xmax, tol, max_iter)
-    return s.hi, s.has_hi, s.eps_hi, s.lo, s.has_lo
+    q, sg = _qs(kind, s.hi, a)
+    _, best = rdp.to_epsilon(rdp.dpsgd_rdp(q, sg, b, orders), orders, d)
+    return s.hi, s.has_hi, s.eps_hi, best, s.has_lo
 
   return jax.jit(run)
 
@@ -314,7 +316,9 @@ def _window_solver_fn(kind):
       q, s = _qs(kind, x, a)
       return _window_epsilon(q, s, b, d, win)
 
-    s = _solve(eps_of_x, t, x0, xmin, xmax, tol)
+    # Only a boundary below x0 (the current answer) can improve it: search
+    # [xmin, x0], so configurations already infeasible at x0 stop at once.
+    s = _solve(eps_of_x, t, x0, xmin, x0, tol)
     return s.hi, s.has_hi, s.eps_hi
 
   return jax.jit(run)
@@ -410,7 +414,7 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
   x0 = _first_guess(kind, target, delta, a, b)
   x0 = np.clip(np.where(np.isfinite(x0), x0, xmax), xmin, xmax)
   tolv = np.full(n, tol)
-  hi, has_hi, eps_hi, _, _ = _map_chunks(
+  hi, has_hi, eps_hi, best_c, _ = _map_chunks(
       _solver_fn(kind, _orders_key(phase1)), [x0, a, b, target, delta, tolv],
       [_PAD[k] for k in "xabtdt"])
   x = np.where(has_hi, hi, xmax)
@@ -420,16 +424,41 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
     v = _from_x(kind, xv)
     return (a[idx], v) if kind == "sigma" else (v, a[idx])
 
-  idx_all = np.arange(n)
-  q_, s_ = qs(x, idx_all)
+  def window_solve(idx, win):
+    """Boundary over the orders ``win`` (per configuration); keeps the min."""
+    xw, okw, epsw = _map_chunks(
+        _window_solver_fn(kind), [x[idx], a[idx], b[idx], target[idx], delta[idx],
+                                  tolv[idx], win],
+        [0.0, 0.5, 1.0, 1.0, 1e-5, tol, 2.0])
+    better = okw & (xw < x[idx])
+    x[idx] = np.where(better, xw, x[idx])
+    eps_ref[idx] = np.where(better, epsw, eps_ref[idx])
+    return better
+
+  if not single:
+    # The best full-set order is nearly always a neighbour (in the sorted
+    # full list) of the best cheap order: solve on the expensive neighbours
+    # before the (single) full check.
+    pos = np.clip(np.searchsorted(orders, best_c), 0, orders.size - 1)
+    left = orders[np.maximum(pos - 1, 0)]
+    right = orders[np.minimum(pos + 1, orders.size - 1)]
+    exp_l = ~np.isin(left, cheap) & (pos > 0)
+    exp_r = ~np.isin(right, cheap) & (pos < orders.size - 1)
+    cand = has_hi & (exp_l | exp_r)
+    idx = np.nonzero(cand)[0]
+    if idx.size:
+      win = np.stack([np.where(exp_l, left, right)[idx], np.where(exp_r, right, left)[idx]], 1)
+      window_solve(idx, win)
+  q_, s_ = qs(x, np.arange(n))
   e_full = _check_epsilon_rdp(q_, s_, b, delta, orders_checked)
   unreachable = ~has_hi & (e_full > target)
   if not single:
     # Where the cheap boundary sits on a jump of ε (the KL branch of the
     # conversion switching on), the full boundary may lie anywhere below it:
     # solve those with the full order set directly.
-    jump = ~unreachable & (e_full < target * (1.0 - 8.0 * rtol))
-    # Elsewhere, refine where an expensive order beats the cheap ones at x.
+    gap = max(1e-3, 50.0 * rtol)
+    jump = ~unreachable & (eps_ref < target * (1.0 - gap))
+    # Elsewhere, refine where an order outside those solved beats them at x.
     refine = ~unreachable & ~jump & (e_full < eps_ref * (1.0 - 1e-10))
     for _ in range(_ROUNDS):
       idx = np.nonzero(refine)[0]
@@ -441,19 +470,12 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
       pos = np.clip(np.searchsorted(orders, best), 0, orders.size - 1)
       k = min(_WINDOW, orders.size)
       start = np.clip(pos - (k // 2), 0, orders.size - k)
-      win = orders[start[:, None] + np.arange(k)[None, :]]
-      xw, okw, epsw = _map_chunks(
-          _window_solver_fn(kind), [x[idx], a[idx], b[idx], target[idx], delta[idx],
-                                    tolv[idx], win],
-          [0.0, 0.5, 1.0, 1.0, 1e-5, tol, 2.0])
-      better = okw & (xw < x[idx])
-      x[idx] = np.where(better, xw, x[idx])
-      eps_ref[idx] = np.where(better, epsw, eps_ref[idx])
+      better = window_solve(idx, orders[start[:, None] + np.arange(k)[None, :]])
       qi, si = qs(x[idx], idx)
       e_full[idx] = _check_epsilon_rdp(qi, si, b[idx], delta[idx], orders_checked)
       refine = np.zeros(n, bool)
       refine[idx] = better & (e_full[idx] < eps_ref[idx] * (1.0 - 1e-10))
-      jump[idx] |= better & (e_full[idx] < target[idx] * (1.0 - 8.0 * rtol))
+      jump[idx] |= better & (eps_ref[idx] < target[idx] * (1.0 - gap))
     jump |= refine  # not settled by the windows: full solve
     idx = np.nonzero(jump)[0]
     if idx.size:

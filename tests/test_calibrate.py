@@ -41,10 +41,10 @@ def test_sigma_1000_targets_feasible_and_tight():
 
 
 def test_sigma_two_phase_feasible_and_tight():
-  # Large ε → fractional orders win; tiny ε → the large order wins.
-  target = np.array([40.0, 25.0, 12.0, 3.0, 0.05, 0.02, 1.0, 60.0])
-  q = np.array([0.5, 0.2, 0.05, 0.01, 0.001, 0.0005, 0.02, 1.0])
-  steps = np.array([10.0, 100, 1000, 5000, 100, 30, 2000, 3])
+  # Large ε → fractional orders win (window refinement); small ε → the large order.
+  target = np.array([40.0, 25.0, 12.0, 3.0, 1.0, 60.0, 0.3])
+  q = np.array([0.5, 0.2, 0.05, 0.01, 0.02, 1.0, 0.001])
+  steps = np.array([10.0, 100, 1000, 5000, 2000, 3, 1000])
   rtol = 1e-6
   s = calibrate.sigma(target, DELTA, q, steps, rtol=rtol, orders=MIXED)
   eps = jaxdp.epsilon(q, s, steps, DELTA, orders=MIXED)
@@ -52,6 +52,19 @@ def test_sigma_two_phase_feasible_and_tight():
   assert np.all(jaxdp.epsilon(q, s * (1 - rtol), steps, DELTA, orders=MIXED) > target)
 
 
+@pytest.mark.slow
+def test_sigma_at_kl_jump_feasible_and_tight():
+  # ε drops to 0 where the KL bound switches on: the cheap-order boundary sits
+  # on that jump while the full order set meets the target at far less noise.
+  target = np.array([0.05, 0.02])
+  q = np.array([0.001, 0.0005])
+  steps = np.array([100.0, 30])
+  s = calibrate.sigma(target, DELTA, q, steps, orders=MIXED)
+  assert np.all(jaxdp.epsilon(q, s, steps, DELTA, orders=MIXED) <= target)
+  assert np.all(jaxdp.epsilon(q, s * (1 - 1e-6), steps, DELTA, orders=MIXED) > target)
+
+
+@pytest.mark.slow
 def test_sigma_independent_of_order_subset_property():
   # A smaller order set can only need more noise.
   target, q, steps = _random_configs(16, 1)
