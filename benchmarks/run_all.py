@@ -23,6 +23,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
+# Result fields summarised (by prefix): speed ratios jaxdp/anchor and accuracy.
+SPEED_KEYS = ("speed_ratio", "speedup", "throughput_ratio")
+ACCURACY_KEYS = ("max_rel_diff", "max_rel")
 
 
 def scripts():
@@ -76,8 +79,8 @@ def collect():
     except (OSError, ValueError) as e:
       rows.append(dict(name=name, error=str(e)))
       continue
-    speed = _pick(res, ("speed_ratio", "speedup"))
-    acc = _pick(res, ("max_rel_diff",))
+    speed = _pick(res, SPEED_KEYS)
+    acc = _pick(res, ACCURACY_KEYS)
     rows.append(dict(name=name, quick=res.get("quick"), device=res.get("device"),
                      jax_version=res.get("jax_version"), machine=res.get("machine"),
                      cpu_count=res.get("cpu_count"),
@@ -105,8 +108,11 @@ def _pick(res, prefixes):
   return {k: (min(v), max(v)) if min(v) != max(v) else v[0] for k, v in found.items()}
 
 
-def _short(key, prefix):
-  key = key[len(prefix):].lstrip("_") if key.startswith(prefix) else ""
+def _short(key, prefixes):
+  for p in prefixes:
+    if key.startswith(p):
+      key = key[len(p):].lstrip("_")
+      break
   return key.replace("vs_", "") or "anchor"
 
 
@@ -116,9 +122,9 @@ def table(rows):
     if "error" in r:
       lines.append((r["name"], "-", "-", "unreadable: " + r["error"], ""))
       continue
-    speed = ", ".join(f"{_short(k, 'speed_ratio')} {_fmt(v)}x" for k, v in r["speed"].items()
+    speed = ", ".join(f"{_short(k, SPEED_KEYS)} {_fmt(v)}x" for k, v in r["speed"].items()
                       if v is not None)
-    acc = ", ".join(f"{_short(k, 'max_rel_diff')} {_fmt(v)}" for k, v in r["accuracy"].items())
+    acc = ", ".join(f"{_short(k, ACCURACY_KEYS)} {_fmt(v)}" for k, v in r["accuracy"].items())
     mode = "quick" if r["quick"] else "full"
     lines.append((r["name"], mode, str(r["device"]), speed or "-", acc or "-"))
   return lines
