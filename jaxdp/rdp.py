@@ -19,6 +19,7 @@ noise multiplier σ (add/remove neighbours, L2 sensitivity 1) the RDP at order
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple, Tuple
 
@@ -184,19 +185,19 @@ def _order_constants(alpha):
 
 
 def _log_f(log_abs_u, u_pos, o: _Order):
-  """log f(u), f(u) = (1+u)^α - 1 - αu ≥ 0 for u ≥ -1, stable in every regime.
+  """log f(u), f(u) = (1+u)^α - 1 - αu ≥ 0 for u > -1, stable in every regime.
 
   (a) |αu| < 0.05: f = C(α,2) u² (1 + (α-2)/3 u (1 + (α-3)/4 u (…))) (Horner).
-  (b) |αu| ≥ 0.05, α log1p(u) ≤ 1: f = β[(1+u)·expm1(βl)/β - u], l = log1p(u),
-      which has no catastrophic cancellation there, even for α → 1.
-  (c) α log1p(u) > 1 (u > 0): log f = αl + log1p(-(1+αu) e^{-αl}), in log space.
+  (b) otherwise: f = β(1+u)(E - w) with β = α-1, l = log1p(u), E = expm1(βl)/β
+      and w = u/(1+u). Since E ≥ l ≥ w, E - w has no catastrophic
+      cancellation once |αu| ≥ 0.05 — for α → 1 as well as for large α — and
+      it is evaluated in log space, so u may be astronomically large.
 
   Args:
     log_abs_u: log|u| (-inf at u = 0).
     u_pos: u > 0.
     o: order constants.
   """
-  dtype = log_abs_u.dtype
   abs_u = jnp.exp(jnp.minimum(log_abs_u, _LOG_BIG))
   u = jnp.where(u_pos, abs_u, -abs_u)
   small = log_abs_u + o.log_alpha < math.log(0.05)
@@ -206,23 +207,21 @@ def _log_f(log_abs_u, u_pos, o: _Order):
   for coef in reversed(o.horner):
     bracket = 1.0 + us * coef * bracket
   log_series = o.log_c2 + 2.0 * log_abs_u + jnp.log(bracket)
-  # log(1+u) and log(1+αu), exact also for astronomically large u.
+  # (b) l = log(1+u), exact also for u beyond e^60.
+  ub = jnp.where(small, 0.5, u)
   huge = log_abs_u > _LOG_BIG
-  l = jnp.where(huge, log_abs_u, nx.log1p(jnp.maximum(u, -1.0)))
-  huge_a = log_abs_u + o.log_alpha > _LOG_BIG
-  l_alpha_u = jnp.where(huge_a, log_abs_u + o.log_alpha,
-                        nx.log1p(jnp.where(u_pos, o.alpha * abs_u, 0.0)))
-  big = u_pos & (o.alpha * l > 1.0) & ~small
-  # (b)
-  mid = ~small & ~big
-  um = jnp.where(mid, u, 0.5)
-  lm = jnp.where(mid, l, math.log(1.5))
-  mid_val = (1.0 + um) * (jnp.expm1(o.beta * lm) / o.beta) - um
-  log_mid = jnp.log(o.beta) + nx.safe_log(mid_val)
-  # (c)
-  ratio = jnp.exp(jnp.where(big, l_alpha_u - o.alpha * l, -1.0))
-  log_big = o.alpha * l + nx.log1p(-jnp.minimum(ratio, 1.0 - jnp.finfo(dtype).eps))
-  out = jnp.where(small, log_series, jnp.where(big, log_big, log_mid))
+  l = jnp.where(huge, log_abs_u, nx.log1p(ub))
+  w = ub / (1.0 + ub)
+  bl = o.beta * l
+  moderate = bl <= 30.0
+  e_direct = jnp.expm1(jnp.where(moderate, bl, 0.0)) / o.beta
+  log_e_big = nx.log_expm1(jnp.where(moderate, 31.0, bl)) - jnp.log(o.beta)
+  log_e_minus_w = jnp.where(
+      moderate,
+      nx.safe_log(e_direct - w),
+      log_e_big + nx.log1p(-w * jnp.exp(-log_e_big)))
+  log_rest = jnp.log(o.beta) + l + log_e_minus_w
+  out = jnp.where(small, log_series, log_rest)
   return jnp.where(log_abs_u == -jnp.inf, -jnp.inf, out)
 
 
@@ -236,6 +235,7 @@ def _log_integrand_f(z, o: _Order, s2, log_q, log_norm):
   return -z * z / (2.0 * s2) - log_norm + _log_f(log_abs_u, x > 0, o)
 
 
+@functools.partial(jax.jit, static_argnames=("nodes",))
 def _log_a_minus_1_quadrature(log_q, log_1mq, sigma, alpha, nodes=_NODES_PER_WINDOW):
   """log(A_α - 1) for any real α > 1 by windowed trapezoidal quadrature.
 
@@ -251,10 +251,12 @@ def _log_a_minus_1_quadrature(log_q, log_1mq, sigma, alpha, nodes=_NODES_PER_WIN
   r = jnp.sqrt(2.0 * _WINDOW_DROP * s2)   # G'' ≥ -1/σ²: G drops at most quadratically
   h = lambda z: _h(z, alpha_b, s2, c)
   g = lambda z: _plain_log_integrand(z, alpha_b, s2, c)
+  zero = jnp.zeros_like(alpha_b)
   mid = lambda b: 0.5 * (b[0] + b[1])
   z1 = 0.5 - s2 * c
   # Inflection points of h exist iff α > 4σ²: z_a (local min), z_m (local max).
-  disc = jnp.sqrt(jnp.clip(1.0 - 4.0 * s2 / alpha_b, 0.0, 1.0))
+  disc2 = jnp.clip(1.0 - 4.0 * s2 / alpha_b, 0.0, 1.0)
+  disc = jnp.where(disc2 > 0, jnp.sqrt(jnp.where(disc2 > 0, disc2, 1.0)), 0.0)
   p_minus = jnp.clip(0.5 * (1.0 - disc), jnp.finfo(dtype).tiny, 0.5)
   logit_pm = jnp.log(p_minus) - nx.log1p(-p_minus)
   z_a = z1 + s2 * logit_pm
@@ -263,24 +265,33 @@ def _log_a_minus_1_quadrature(log_q, log_1mq, sigma, alpha, nodes=_NODES_PER_WIN
   h_a = h(z_a)
   h_m = h(z_m)
   bimodal = has_infl & (h_a < 0) & (h_m > 0)
-  zero = jnp.zeros_like(alpha_b)
   # Modes of G = roots of h where it crosses downward; h(0) > 0 > h(α).
   lo_end = jnp.where(has_infl & (h_a < 0), jnp.maximum(z_a, zero), alpha_b)
-  m_lo = mid(_bisect(h, zero, lo_end, _MODE_STEPS))
   hi_start = jnp.where(has_infl & (h_m > 0), jnp.minimum(z_m, alpha_b), zero)
-  m_hi = mid(_bisect(h, hi_start, alpha_b, _MODE_STEPS))
+  # One stacked bisection for the low mode, the high mode and the valley
+  # (root of -h in [z_a, z_m], meaningful only when bimodal).
+  sign3 = jnp.array([1.0, 1.0, -1.0], dtype).reshape((3,) + (1,) * alpha_b.ndim)
+  v_lo = jnp.where(bimodal, z_a, zero)
+  v_hi = jnp.where(bimodal, z_m, zero)
+  roots = mid(_bisect(lambda z: sign3 * _h(z, alpha_b, s2, c),
+                      jnp.stack([zero, hi_start, v_lo]), jnp.stack([lo_end, alpha_b, v_hi]),
+                      _MODE_STEPS))
+  m_lo, m_hi, valley = roots[0], roots[1], roots[2]
   m_single = jnp.where(has_infl & (h_a >= 0), m_hi, m_lo)
   m_lo = jnp.where(bimodal, m_lo, m_single)
   m_hi = jnp.where(bimodal, m_hi, m_single)
+  valley = jnp.where(bimodal, valley, m_lo)
   g_lo = g(m_lo) - _WINDOW_DROP
   g_hi = g(m_hi) - _WINDOW_DROP
-  valley = mid(_bisect(lambda z: -h(z), jnp.where(bimodal, z_a, m_lo),
-                       jnp.where(bimodal, z_m, m_lo), _MODE_STEPS))
-  # Window edges where G has dropped by _WINDOW_DROP, rounded outward.
-  left = _bisect(lambda z: g_lo - g(z), jnp.minimum(m_lo, 0.0) - r, m_lo, _EDGE_STEPS)[0]
-  right = _bisect(lambda z: g(z) - g_hi, m_hi, jnp.maximum(m_hi, alpha_b) + r, _EDGE_STEPS)[1]
-  in_lo = _bisect(lambda z: g(z) - g_lo, m_lo, jnp.where(bimodal, valley, m_lo), _EDGE_STEPS)[1]
-  in_hi = _bisect(lambda z: g_hi - g(z), jnp.where(bimodal, valley, m_hi), m_hi, _EDGE_STEPS)[0]
+  # Window edges where G has dropped by _WINDOW_DROP (G is monotone on each
+  # bracket), one stacked bisection, each rounded outward.
+  sign4 = jnp.array([-1.0, 1.0, 1.0, -1.0], dtype).reshape((4,) + (1,) * alpha_b.ndim)
+  target = jnp.stack([g_lo, g_hi, g_lo, g_hi])
+  e_lo, e_hi = _bisect(lambda z: sign4 * (_plain_log_integrand(z, alpha_b, s2, c) - target),
+                       jnp.stack([jnp.minimum(m_lo, 0.0) - r, m_hi, m_lo, valley]),
+                       jnp.stack([m_lo, jnp.maximum(m_hi, alpha_b) + r, valley, m_hi]),
+                       _EDGE_STEPS)
+  left, right, in_lo, in_hi = e_lo[0], e_hi[1], e_hi[2], e_lo[3]
   # The f-integrand (A_α - 1) also has mass near z ∈ [0, 2] (the u² term)
   # that can sit below the plain integrand's threshold when A_α ≈ 1: cover
   # [-r, 2 + r] whenever the low window reaches that region (when the mass
@@ -305,8 +316,9 @@ def _log_a_minus_1_quadrature(log_q, log_1mq, sigma, alpha, nodes=_NODES_PER_WIN
   log_hb = jnp.log((right - b_start) / (n - 1))
   o = _order_constants(ex(alpha_b))
   log_norm = ex(jnp.log(sigma) + 0.5 * math.log(2.0 * math.pi))
-  la = _log_integrand_f(za, o, ex(s2), ex(log_q), log_norm) + ex(log_ha)
-  lb = _log_integrand_f(zb, o, ex(s2), ex(log_q), log_norm) + ex(log_hb)
+  both = _log_integrand_f(jnp.concatenate([za, zb], axis=-1), o, ex(s2), ex(log_q), log_norm)
+  la = both[..., :n] + ex(log_ha)
+  lb = both[..., n:] + ex(log_hb)
   # Trapezoid: half weight at the outer ends, and at the inner ends when the
   # windows are separate (the integrand is negligible there anyway).
   half = math.log(0.5)
@@ -323,23 +335,28 @@ def _log_a_minus_1_quadrature(log_q, log_1mq, sigma, alpha, nodes=_NODES_PER_WIN
 # --------------------------------------------------------------------------
 
 
-def _quadrature_safety(sigma, alpha, dtype):
+def _quadrature_safety(sigma, alpha, exact, dtype):
   """Relative inflation covering the quadrature error (measured against a
   600-node reference over q ∈ [1e-8, 1], α ∈ (1, 10⁴], with a 10× margin):
   ≤ 1e-12 for σ ≥ 0.3, ≤ 2e-8 for σ ∈ [0.2, 0.3), ≤ 5e-7 below. Integer
   orders (exact sums) only get the rounding factor."""
   base = _safety(dtype)
-  is_int = (alpha == jnp.floor(alpha)) & (alpha <= _MAX_BINOMIAL_ORDER)
   extra = jnp.where(sigma >= 0.3, 0.0, jnp.where(sigma >= 0.2, 2e-7, 5e-6))
-  return jnp.where(is_int, base, base + extra)
+  return jnp.where(exact, base, base + extra)
 
 
-def _finish(log_am1, q, sigma, alpha):
+def _exact_orders(alpha_np):
+  """Mask of concrete orders computed by the exact binomial sum."""
+  return np.isfinite(alpha_np) & (alpha_np == np.floor(alpha_np)) & (alpha_np >= 2) & (
+      alpha_np <= _MAX_BINOMIAL_ORDER)
+
+
+def _finish(log_am1, q, sigma, alpha, exact=False):
   """RDP from log(A_α - 1), with the exact special cases and safety factor."""
   dtype = log_am1.dtype
   beta = alpha - 1.0
   rdp = nx.softplus(log_am1) / jnp.where(beta > 0, beta, 1.0)
-  rdp = jnp.maximum(rdp, 0.0) * _quadrature_safety(sigma, alpha, dtype)
+  rdp = jnp.maximum(rdp, 0.0) * _quadrature_safety(sigma, alpha, exact, dtype)
   rdp = jnp.where(q == 1.0, alpha / (2.0 * sigma * sigma), rdp)
   rdp = jnp.where(q == 0.0, 0.0, rdp)
   rdp = jnp.where(alpha == jnp.inf, jnp.where(q == 0.0, 0.0, jnp.inf), rdp)
@@ -384,9 +401,27 @@ def sampled_gaussian(q, sigma, alpha):
   Returns:
     Array of RDP values, the broadcast shape of ``(q, sigma, alpha)``.
   """
-  q, sigma, log_q, log_1mq, dtype = _prep(q, sigma)
   if nx.is_concrete(alpha):
-    return _sampled_gaussian_static(q, sigma, log_q, log_1mq, np.asarray(alpha, np.float64), dtype)
+    alpha_np = np.asarray(alpha, np.float64)
+    return _static_kernel(alpha_np.shape, tuple(alpha_np.ravel().tolist()))(q, sigma)
+  return _traced_kernel(q, sigma, alpha)
+
+
+@functools.lru_cache(maxsize=128)
+def _static_kernel(shape, values):
+  """Jitted program for one concrete order array (compiled once per shape)."""
+  alpha_np = np.asarray(values, np.float64).reshape(shape)
+
+  def run(q, sigma):
+    q, sigma, log_q, log_1mq, dtype = _prep(q, sigma)
+    return _sampled_gaussian_static(q, sigma, log_q, log_1mq, alpha_np, dtype)
+
+  return jax.jit(run)
+
+
+@jax.jit
+def _traced_kernel(q, sigma, alpha):
+  q, sigma, log_q, log_1mq, dtype = _prep(q, sigma)
   alpha = jnp.asarray(alpha).astype(dtype)
   log_am1 = _log_a_minus_1_quadrature(log_q, log_1mq, sigma, alpha)
   return _finish(log_am1, q, sigma, alpha)
@@ -415,27 +450,64 @@ def _sampled_gaussian_static(q, sigma, log_q, log_1mq, alpha_np, dtype):
     out_shape = np.broadcast_shapes(base_shape, alpha_np.shape)
     q_b = jnp.broadcast_to(q, out_shape)
     s_b = jnp.broadcast_to(sigma, out_shape)
-    return _finish(log_am1.reshape(out_shape), q_b, s_b, jnp.asarray(np.broadcast_to(alpha_np, out_shape), dtype))
-  # General broadcasting: every element may carry its own order.
+    alpha_b = np.broadcast_to(alpha_np, out_shape)
+    return _finish(log_am1.reshape(out_shape), q_b, s_b, jnp.asarray(alpha_b, dtype),
+                   _exact_orders(alpha_b))
+  # General broadcasting: every element may carry its own order. Integer
+  # orders are summed exactly per element (masked to α), bucketed by size;
+  # all other orders share one elementwise quadrature.
   shape = np.broadcast_shapes(q.shape, sigma.shape, alpha_np.shape)
   alpha_full = np.broadcast_to(alpha_np, shape).reshape(-1)
   b = lambda x: jnp.broadcast_to(x, shape).reshape(-1)
   qf, sf, lqf, l1f = b(q), b(sigma), b(log_q), b(log_1mq)
-  uniq, inverse = np.unique(alpha_full, return_inverse=True)
+  exact = _exact_orders(alpha_full)
   pieces, positions = [], []
-  for j, a in enumerate(uniq):
-    pos = np.nonzero(inverse == j)[0]
-    pieces.append(_log_a_minus_1_orders(lqf[pos], l1f[pos], sf[pos], np.array([a]), dtype)[:, 0])
+  lo = 1
+  for hi in _BUCKETS:
+    pos = np.nonzero(exact & (alpha_full > lo) & (alpha_full <= hi))[0]
+    lo = hi
+    if pos.size:
+      a = jnp.asarray(alpha_full[pos], dtype)
+      kmax = int(alpha_full[pos].max())
+      per = max(1, _CHUNK_TERMS // kmax)
+      fn = lambda x, kmax=kmax: _log_a_minus_1_binomial_elementwise(*x, kmax)
+      pieces.append(_map_rows(fn, (lqf[pos], l1f[pos], sf[pos], a), pos.size, per))
+      positions.append(pos)
+  pos = np.nonzero(~exact)[0]
+  if pos.size:
+    a = jnp.asarray(np.where(np.isfinite(alpha_full[pos]) & (alpha_full[pos] > 1), alpha_full[pos], 2.0), dtype)
+    per = max(1, _CHUNK_TERMS // (2 * _NODES_PER_WINDOW))
+    pieces.append(_map_rows(lambda x: _log_a_minus_1_quadrature(*x), (lqf[pos], l1f[pos], sf[pos], a),
+                            pos.size, per))
     positions.append(pos)
   perm = np.empty(alpha_full.size, dtype=np.int64)
   perm[np.concatenate(positions)] = np.arange(alpha_full.size)
   log_am1 = jnp.concatenate(pieces)[perm] if pieces else jnp.zeros((0,), dtype)
-  out = _finish(log_am1, qf, sf, jnp.asarray(alpha_full, dtype))
+  out = _finish(log_am1, qf, sf, jnp.asarray(alpha_full, dtype), exact)
   return out.reshape(shape)
 
 
-# Upper ends of the integer-order buckets (padding wastes at most 2×).
-_BUCKETS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+def _log_a_minus_1_binomial_elementwise(log_q, log_1mq, sigma, alpha, kmax: int):
+  """As :func:`_log_a_minus_1_binomial` with one integer order per element.
+
+  Args:
+    log_q, log_1mq, sigma, alpha: shape (E,).
+    kmax: static bound on the orders (terms are masked beyond each α).
+  """
+  from jax.scipy.special import gammaln
+  dtype = log_q.dtype
+  k = jnp.arange(2, kmax + 1, dtype=dtype)[None, :]
+  a = alpha[:, None]
+  valid = k <= a
+  rest = jnp.where(valid, a - k, 0.0)
+  coef = gammaln(a + 1.0) - gammaln(k + 1.0) - gammaln(rest + 1.0)
+  pow_1mq = jnp.where(rest > 0, rest * jnp.where(rest > 0, log_1mq[:, None], 0.0), 0.0)
+  terms = coef + pow_1mq + k * log_q[:, None] + nx.log_expm1((k * k - k) / (2.0 * sigma * sigma)[:, None])
+  return _logsumexp(jnp.where(valid, terms, -jnp.inf), axis=-1)
+
+
+# Upper ends of the integer-order buckets (few buckets: each costs compile time).
+_BUCKETS = (16, 64, 256, 1024, 4096)
 # Work elements per chunk (≈ 32 MiB of float64 terms).
 _CHUNK_TERMS = 1 << 22
 
@@ -449,9 +521,20 @@ def _map_rows(fn, xs, n, per):
 
 def _log_a_minus_1_orders(lq, l1, s, orders, dtype):
   """log(A_α - 1) of shape (E, len(orders)) for unique concrete orders."""
+  return _orders_kernel(tuple(float(o) for o in orders))(lq, l1, s)
+
+
+@functools.lru_cache(maxsize=64)
+def _orders_kernel(orders: tuple):
+  """One jitted program per order set (compiled once, cached)."""
+  orders = np.asarray(orders)
+  return jax.jit(lambda lq, l1, s: _orders_impl(lq, l1, s, orders))
+
+
+def _orders_impl(lq, l1, s, orders):
   n = lq.shape[0]
-  is_int = np.isfinite(orders) & (orders == np.floor(orders)) & (orders >= 2) & (
-      orders <= _MAX_BINOMIAL_ORDER)
+  dtype = lq.dtype
+  is_int = _exact_orders(orders)
   out = [None] * len(orders)
   lo = 1
   for hi in _BUCKETS:
