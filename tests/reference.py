@@ -166,7 +166,8 @@ def ref_rdp_to_epsilon(rdp, alpha, delta, method="improved", dps=40):
   """ε at one order from RDP value(s), in mpmath (mp numbers in, mpf out).
 
   classic (Mironov 2017, Prop 3): ε(α) + log(1/δ)/(α-1);
-  improved (Balle et al. 2020, Prop 12): ε(α) + log((α-1)/α) - (log δ + log α)/(α-1).
+  improved (Balle et al. 2020, Prop 12): ε(α) + log((α-1)/α) - (log δ + log α)/(α-1),
+  and 0 where the Bretagnolle–Huber bound already gives δ >= TV.
   Both floored at 0.
   """
   import mpmath as mp
@@ -176,6 +177,10 @@ def ref_rdp_to_epsilon(rdp, alpha, delta, method="improved", dps=40):
       e = r + mp.log(1 / d) / (a - 1)
     else:
       e = r + mp.log((a - 1) / a) - (mp.log(d) + mp.log(a)) / (a - 1)
+      # (0, δ)-DP once δ >= TV, and TV <= √(1 - e^{-KL}) <= √(1 - e^{-D_α})
+      # (Bretagnolle–Huber; KL <= D_α).
+      if d >= mp.sqrt(-mp.expm1(-r)):
+        e = mp.mpf(0)
     return max(e, mp.mpf(0))
 
 
