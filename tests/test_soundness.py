@@ -413,6 +413,8 @@ def _check_monotone(batch_and_factors):
   assert np.all(np.isfinite(e))
   for name, smaller, larger in [("q", e_q, base), ("sigma", e_s, base), ("steps", base, e_t)]:
     ok = _rel_le(smaller, larger)
+    if name == "q":  # q = 1 vs 1 - ulp: known, see test_epsilon_monotone_at_q_1
+      ok |= (q == 1.0) & (q2 > 1 - 1e-9)
     assert ok.all(), (f"ε not monotone in {name}", q[~ok], sigma[~ok], steps[~ok], delta[~ok],
                       r[~ok], smaller[~ok], larger[~ok])
   # ε non-increasing in δ; δ non-increasing in ε.
@@ -447,6 +449,18 @@ def _check_rdp_monotone_in_alpha(cfg):
 test_rdp_monotone_in_order, test_rdp_monotone_in_order_exhaustive = _both(
     st.tuples(st.lists(Q, min_size=8, max_size=8), st.lists(SIGMA, min_size=8, max_size=8),
               st.lists(ALPHA, min_size=8, max_size=8)), 4, 200)(_check_rdp_monotone_in_alpha)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "rdp._finish returns α/(2σ²) at q = 1 without the safety factor applied to "
+    "q < 1 (1 + 4e-12, and + 2e-7 for fractional orders at σ < 0.3), so "
+    "ε(q = 1 - 2.2e-16) > ε(q = 1): at σ = 0.2431, T = 9, δ = 2.2e-299 the "
+    "ratio is 1 + 2.8e-12. Reported to the rdp.py owner."))
+def test_epsilon_monotone_at_q_1():
+  q = np.array([1.0, np.nextafter(1.0, 0.0)])
+  sig = np.full(2, 0.24309373389072625)
+  e = eps_batch(q, sig, np.full(2, 9.0), np.full(2, 2.2083128843488866e-299))
+  assert e[1] <= e[0] * (1 + REL)
 
 
 # ==========================================================================
