@@ -322,3 +322,94 @@ def test_optax_dp_aggregate_rejects():
           "expected_batch_size", 0.0)
   _expect(lambda: dpx.dp_aggregate(1.0, 1.0, 0.01, 0, budget=(-1.0, 1e-5)), "epsilon", -1.0)
   _expect(lambda: dpx.dp_aggregate(1.0, 1.0, 0.01, 0, budget=(1.0, 1.0)), "delta", 1.0)
+
+
+# --------------------------------------------------------------------------
+# calibrate and the command line
+# --------------------------------------------------------------------------
+
+CAL_CASES = [
+    (lambda c: c.sigma(-1.0, 1e-5, 0.01, 100), "target_epsilon", -1.0),
+    (lambda c: c.sigma(1.0, 0.0, 0.01, 100), "delta", 0.0),
+    (lambda c: c.sigma(1.0, 1e-5, 1.5, 100), "q", 1.5),
+    (lambda c: c.sigma(1.0, 1e-5, 0.01, 2.5), "steps", 2.5),
+    (lambda c: c.sigma(1.0, 1e-5, 0.01, 100, rtol=0.0), "rtol", 0.0),
+    (lambda c: c.sigma(NAN, 1e-5, 0.01, 100), "target_epsilon", NAN),
+    (lambda c: c.sampling_rate(1.0, 1e-5, 0.0, 100), "sigma", 0.0),
+    (lambda c: c.sampling_rate(1.0, 1.0, 1.0, 100), "delta", 1.0),
+    (lambda c: c.sampling_rate(1.0, 1e-5, 1.0, -1), "steps", -1.0),
+    (lambda c: c.steps(1.0, 1e-5, -0.1, 1.0), "q", -0.1),
+    (lambda c: c.steps(1.0, 1e-5, 0.01, INF), "sigma", INF),
+    (lambda c: c.steps(-2.0, 1e-5, 0.01, 1.0), "target_epsilon", -2.0),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CAL_CASES)))
+def test_calibrate_rejects(case):
+  from jaxdp import calibrate
+  fn, name, value = CAL_CASES[case]
+  _expect(lambda: fn(calibrate), name, value)
+
+
+def test_calibrate_array_index_and_shapes():
+  from jaxdp import calibrate
+  _expect(lambda: calibrate.sigma(1.0, 1e-5, A([0.1, 0.2, -0.3]), 100), "q", -0.3, index=(2,))
+  msg = _expect(lambda: calibrate.sigma(A([1.0, 2.0]), 1e-5, A([0.1, 0.2, 0.3]), 100),
+                "target_epsilon")
+  assert "q" in msg
+  _expect(lambda: calibrate.sigma(1.0, 1e-5, 0.01, 100, accountant="x"), "accountant")
+
+
+CLI_BAD = [
+    (["epsilon", "--q", "1.5", "--sigma", "1", "--steps", "10", "--delta", "1e-5"], "q"),
+    (["epsilon", "--q", "0.1", "--sigma", "0", "--steps", "10", "--delta", "1e-5"], "sigma"),
+    (["epsilon", "--q", "0.1", "--sigma", "nan", "--steps", "10", "--delta", "1e-5"], "sigma"),
+    (["epsilon", "--q", "0.1", "--sigma", "1", "--steps", "2.5", "--delta", "1e-5"], "steps"),
+    (["epsilon", "--q", "0.1", "--sigma", "1", "--steps", "10", "--delta", "0"], "delta"),
+    (["epsilon", "--q", "0.1", "--sigma", "1", "--steps", "10", "--delta", "1"], "delta"),
+    (["epsilon", "--q", "0.1", "--sigma", "1", "--steps", "10"], "delta"),
+    (["epsilon", "--q", "0.1", "--sigma", "1", "--steps", "10", "--delta", "1e-5",
+      "--orders", "0.5,2"], "orders"),
+    (["epsilon", "--q", "0.1", "--sigma", "x", "--steps", "10", "--delta", "1e-5"], "sigma"),
+    (["delta", "--q", "0.1", "--sigma", "1", "--steps", "10", "--epsilon", "-1"], "epsilon"),
+    (["calibrate", "--target-epsilon", "-1", "--delta", "1e-5", "--q", "0.01", "--steps", "10"],
+     "epsilon"),
+    (["calibrate", "--target-epsilon", "1", "--delta", "2", "--q", "0.01", "--steps", "10"],
+     "delta"),
+    (["bogus"], "bogus"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CLI_BAD)))
+def test_cli_one_line_error_exit_2(case, capsys):
+  from jaxdp import cli
+  argv, name = CLI_BAD[case]
+  code = cli.main(argv)
+  out, err = capsys.readouterr()
+  assert code == 2, (argv, code, out, err)
+  lines = err.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("jaxdp: error:"), err
+  assert name in lines[0], (name, err)
+
+
+def test_cli_sweep_reports_bad_rows_and_writes_good_ones(tmp_path, capsys):
+  from jaxdp import cli
+  grid = tmp_path / "grid.csv"
+  grid.write_text("q,sigma,steps,delta,epsilon\n"
+                  "0.01,1.0,100,1e-5,\n"      # line 2: good
+                  "1.5,1.0,100,1e-5,\n"       # line 3: q out of range
+                  "0.01,-1,100,1e-5,\n"       # line 4: sigma <= 0
+                  "0.02,1.0,100,1e-5,\n"      # line 5: good
+                  "0.01,1.0,2.5,1e-5,\n")     # line 6: fractional steps
+  out = tmp_path / "out.csv"
+  code = cli.main(["sweep", str(grid), "--out", str(out), "--no-progress"])
+  _, err = capsys.readouterr()
+  assert code != 0
+  for line, name in [(3, "q"), (4, "sigma"), (6, "steps")]:
+    hits = [l for l in err.splitlines() if f"line {line}" in l]
+    assert hits and name in hits[0], (line, err)
+  assert "line 2:" not in err and "line 5:" not in err
+  rows = out.read_text().strip().splitlines()
+  assert len(rows) == 3, rows  # header + the two good rows
+  eps = [float(r.split(",")[-1]) for r in rows[1:]]
+  assert all(np.isfinite(eps)) and eps[0] < eps[1]
