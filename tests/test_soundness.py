@@ -88,9 +88,9 @@ def _pad(cols, n=N, fill=(0.5, 1.0, 1.0, 0.5)):
   return [np.concatenate([c, np.full(n - m, f)]) for c, f in zip(cols, fill)], m
 
 
-def eps_batch(q, sigma, steps, delta):
+def eps_batch(q, sigma, steps, delta, orders=ORD):
   cols, m = _pad([q, sigma, steps, delta])
-  return np.asarray(jaxdp.epsilon(*cols, orders=ORD))[:m]
+  return np.asarray(jaxdp.epsilon(*cols, orders=orders))[:m]
 
 
 def delta_batch(q, sigma, steps, epsilon):
@@ -534,3 +534,35 @@ def eps_batch_orders(q, sigma, steps, delta, orders):
 
 test_float32_conservative, test_float32_conservative_exhaustive = _both(
     st.lists(F32_CFG, min_size=K, max_size=K), 3, 100)(_check_float32)
+
+
+# ==========================================================================
+# Calibration meets its target
+# ==========================================================================
+
+CAL_CFG = st.tuples(log_uniform(0.05, 50.0), log_uniform(1e-12, 1e-3), log_uniform(1e-5, 1.0),
+                    st.floats(0.0, 6.0).map(lambda x: float(round(10.0**x))))
+
+
+def _check_calibration(batch):
+  import warnings
+  from jaxdp import calibrate
+  target, delta, q, steps = map(np.array, zip(*batch))
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)  # unreachable targets → inf (checked below)
+    # Default orders: shares compiled solvers with tests/test_calibrate.py.
+    sig = calibrate.sigma(target, delta, q, steps)
+    t_steps = calibrate.steps(target, delta, q, np.maximum(sig, 0.5))
+  ok = np.isfinite(sig)
+  assert not np.isnan(sig).any()
+  e = eps_batch(q[ok], sig[ok], steps[ok], delta[ok], orders=None)
+  bad = e > target[ok]
+  assert not bad.any(), ("calibrated σ misses its target", target[ok][bad], delta[ok][bad],
+                         q[ok][bad], steps[ok][bad], sig[ok][bad], e[bad])
+  fin = np.isfinite(t_steps)
+  e = eps_batch(q[fin], np.maximum(sig, 0.5)[fin], t_steps[fin], delta[fin], orders=None)
+  assert np.all(e <= target[fin]), ("calibrated steps miss their target", t_steps[fin], e)
+
+
+test_calibration_meets_target, test_calibration_meets_target_exhaustive = _both(
+    st.lists(CAL_CFG, min_size=K, max_size=K), 2, 60)(_check_calibration)
