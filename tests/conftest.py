@@ -1,0 +1,24 @@
+"""Test configuration.
+
+XLA compilation dominates this suite's run time (the RDP kernels are large
+programs), so the tests share a persistent compilation cache: programs
+compiled by one test file, or by a notebook kernel started from the tests,
+are reused by the others. This only affects the test process (and the
+notebook kernels it spawns), never a user's configuration.
+"""
+
+import os
+import sys
+import tempfile
+
+_CACHE = os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), "jaxdp-test-jax-cache"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+
+sys.path.insert(0, os.path.dirname(__file__))  # tests/reference.py
+sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))  # `from tests import ...`
+
+import jax  # noqa: E402
+
+jax.config.update("jax_compilation_cache_dir", _CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
