@@ -356,8 +356,10 @@ def _finish(log_am1, q, sigma, alpha, exact=False):
   dtype = log_am1.dtype
   beta = alpha - 1.0
   rdp = nx.softplus(log_am1) / jnp.where(beta > 0, beta, 1.0)
-  rdp = jnp.maximum(rdp, 0.0) * _quadrature_safety(sigma, alpha, exact, dtype)
-  rdp = jnp.where(q == 1.0, alpha / (2.0 * sigma * sigma) * _safety(dtype), rdp)
+  safety = _quadrature_safety(sigma, alpha, exact, dtype)
+  rdp = jnp.maximum(rdp, 0.0) * safety
+  # q = 1 is exact, but gets the same inflation so ε stays monotone as q → 1.
+  rdp = jnp.where(q == 1.0, alpha / (2.0 * sigma * sigma) * safety, rdp)
   rdp = jnp.where(q == 0.0, 0.0, rdp)
   rdp = jnp.where(alpha == jnp.inf, jnp.where(q == 0.0, 0.0, jnp.inf), rdp)
   rdp = jnp.where(beta > 0, rdp, jnp.nan)
