@@ -139,10 +139,11 @@ def test_extreme_orders():
   q = np.array([1e-8, 0.01, 0.5, 1.0, 1e-8, 0.2])
   sigma = np.array([1.0, 0.3, 20.0, 2.0, 1e4, 0.2])
   with jax.enable_x64(True):
-    static = np.asarray(jax.jit(lambda q, s: rdp.sampled_gaussian(
-        q[:, None], s[:, None], EXTREME_ORDERS))(q, sigma))
-    traced = np.asarray(jax.jit(rdp.sampled_gaussian)(
-        np.repeat(q, 2), np.repeat(sigma, 2), np.tile(EXTREME_ORDERS, q.size))).reshape(-1, 2)
+    static = np.asarray(rdp.sampled_gaussian(q[:, None], sigma[:, None], EXTREME_ORDERS))
+    # Traced orders, padded to 16 (the shape tests/test_soundness.py compiles).
+    cols, m = _pad([np.repeat(q, 2), np.repeat(sigma, 2), np.tile(EXTREME_ORDERS, q.size)],
+                   (0.5, 1.0, 2.5), n=16)
+    traced = np.asarray(jax.jit(rdp.sampled_gaussian)(*cols))[:m].reshape(-1, 2)
   for i in range(q.size):
     for j, alpha in enumerate(EXTREME_ORDERS):
       ref = ref_sgm_rdp_auto(q[i], sigma[i], alpha)
