@@ -125,16 +125,17 @@ def main():
     print(f"{name:38s} {nc:8d} {r:9.3f} {c:10.1f} {nc / r:10.0f} {rt:7.0f}× {rel:13.2e}")
   print(f"jaxdp never above dp_accounting on default orders: {not_above}")
 
-  # Scaling with grid size (integer orders, the cheap exact path, and full orders).
-  sizes = [10, 32, 100, 316] + ([] if args.quick else [1000])
+  # Scaling with grid size: integer orders up to 10⁶ configurations (full
+  # run), the 156 default orders up to 10⁴ (fractional orders dominate).
+  sizes = [10, 32, 100] + ([] if args.quick else [316, 1000])
   scaling = []
-  print(f"\n{'configs':>9s} {'dp orders s':>12s} {'int orders s':>13s}")
+  print(f"\n{'configs':>9s} {'int orders s':>13s} {'dp orders s':>12s}")
   for m in sizes:
     qm, sm = grid(m)
-    _, r_full, _ = time_jaxdp(qm, sm, orders, 1)
     _, r_int, _ = time_jaxdp(qm, sm, int_orders, 1)
-    scaling.append({"configs": qm.size, "dp_orders_s": r_full, "int_orders_s": r_int})
-    print(f"{qm.size:9d} {r_full:12.3f} {r_int:13.3f}")
+    r_full = time_jaxdp(qm, sm, orders, 1)[1] if m <= 100 else float("nan")
+    scaling.append({"configs": qm.size, "int_orders_s": r_int, "dp_orders_s": r_full})
+    print(f"{qm.size:9d} {r_int:13.3f} {r_full:12.3f}")
 
   result = {
       "benchmark": "rdp_sweep",
