@@ -19,7 +19,6 @@ Writes benchmarks/results/device.json.
 """
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -32,6 +31,7 @@ import numpy as np
 import jaxdp
 from jaxdp import _numerics
 from jaxdp import rdp
+from _common import write_result  # noqa: E402  (benchmarks/ is on sys.path)
 
 ORDERS = np.array([1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64], dtype=np.float64)
 STEPS = 10000
@@ -188,10 +188,7 @@ def main():
       n_jaxdp_above_dp_accounting=int(np.sum(rel > 1e-9)),
       max_jaxdp_below_dp_accounting=float(-np.min(rel)),
       n_dp_accounting_samples=samples)
-  out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-  os.makedirs(out_dir, exist_ok=True)
-  with open(os.path.join(out_dir, "device.json"), "w") as f:
-    json.dump(result, f, indent=1)
+  write_result("device", result)
 
 
 if __name__ == "__main__":

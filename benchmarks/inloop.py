@@ -27,7 +27,6 @@ Writes benchmarks/results/inloop.json.
 """
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -42,6 +41,7 @@ import jaxdp
 import jaxdp.optax as dpo
 from jaxdp import accountant as acc_lib
 from jaxdp import events
+from _common import write_result  # noqa: E402  (benchmarks/ is on sys.path)
 
 DELTA = 1e-5
 SIGMA = 1.0
@@ -283,10 +283,7 @@ def main():
       max_rel_diff_dp_accounting=abs(acc["rel_diff_dp_accounting"]),
       max_rel_diff_dp_accounting_integer_orders=abs(acc["rel_diff_dp_accounting_integer_orders"]),
       accuracy=acc)
-  out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-  os.makedirs(out_dir, exist_ok=True)
-  with open(os.path.join(out_dir, "inloop.json"), "w") as f:
-    json.dump(result, f, indent=1)
+  write_result("inloop", result)
 
 
 if __name__ == "__main__":

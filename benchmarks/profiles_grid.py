@@ -14,8 +14,6 @@ Writes benchmarks/results/profiles_grid.json.
 """
 
 import argparse
-import json
-import os
 import platform
 import statistics
 import time
@@ -24,6 +22,7 @@ import jax
 import numpy as np
 
 from jaxdp import profiles
+from _common import write_result  # noqa: E402  (benchmarks/ is on sys.path)
 
 
 def _median_time(fn, reps):
@@ -120,10 +119,7 @@ def main():
       "processor": platform.processor(), "jax_version": jax.__version__,
       "device": str(jax.devices()[0]), "rows": rows,
   }
-  out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-  os.makedirs(out_dir, exist_ok=True)
-  with open(os.path.join(out_dir, "profiles_grid.json"), "w") as f:
-    json.dump(result, f, indent=2)
+  write_result("profiles_grid", result)
 
 
 if __name__ == "__main__":

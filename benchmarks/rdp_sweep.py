@@ -22,7 +22,6 @@ Writes benchmarks/results/rdp_sweep.json.
 """
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -33,7 +32,7 @@ import jax
 import numpy as np
 
 import jaxdp
-from jaxdp import rdp
+from _common import write_result  # noqa: E402  (benchmarks/ is on sys.path)
 
 DELTA = 1e-5
 STEPS = 1000
@@ -151,10 +150,7 @@ def main():
       "jaxdp_never_above_anchor": not_above,
       "scaling": scaling,
   }
-  out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-  os.makedirs(out_dir, exist_ok=True)
-  with open(os.path.join(out_dir, "rdp_sweep.json"), "w") as f:
-    json.dump(result, f, indent=2, default=float)
+  write_result("rdp_sweep", result)
 
 
 if __name__ == "__main__":

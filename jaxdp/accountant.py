@@ -37,7 +37,7 @@ it (tested to 1e-3 over long heterogeneous schedules).
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp

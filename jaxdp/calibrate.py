@@ -52,7 +52,7 @@ import contextvars
 import functools
 import math
 import warnings
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -923,8 +923,6 @@ def optimize_dpsgd(dataset_size, epochs, target_epsilon, delta, *, min_batch_siz
   Returns:
     A :class:`DPSGDPlan` of float64 arrays with the broadcast shape.
   """
-  import optax
-
   nx.check_array("dataset_size", dataset_size, low=1.0, integer=True)
   nx.check_array("epochs", epochs, low=0.0, low_open=True)
   _validate_common(target_epsilon, delta, rtol, "rdp")

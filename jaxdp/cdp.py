@@ -26,11 +26,10 @@ optimisation is a valid certificate, so an approximate optimiser only loosens
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxdp import _numerics
 

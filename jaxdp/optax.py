@@ -25,7 +25,6 @@ from typing import Any, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax as _optax
 
 from jaxdp import _numerics

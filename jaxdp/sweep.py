@@ -22,7 +22,6 @@ import functools
 from typing import Optional, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxdp import _numerics as nx
