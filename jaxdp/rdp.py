@@ -56,6 +56,8 @@ DEFAULT_ORDERS.setflags(write=False)
 _MAX_BINOMIAL_ORDER = 4096
 # Quadrature nodes per window (two windows per evaluation).
 _NODES_PER_WINDOW = 64
+# Enough when every σ ≥ 0.5 (error ≤ 1e-12 there; chosen only for concrete σ).
+_NODES_WIDE = 40
 # Log-integrand drop that defines a quadrature window's edges.
 _WINDOW_DROP = 64.0
 # Relative safety factor (in units of the dtype's epsilon) applied to every
@@ -175,6 +177,7 @@ class _Order(NamedTuple):
   beta: jax.Array
   log_alpha: jax.Array
   log_beta: jax.Array
+  inv_beta: jax.Array
   log_c2: jax.Array        # log C(α, 2) = log(αβ/2)
   horner: tuple            # (α - j)/(j + 1), j = 2.._HORNER_TERMS
 
@@ -182,54 +185,46 @@ class _Order(NamedTuple):
 def _order_constants(alpha):
   beta = alpha - 1.0
   horner = tuple((alpha - j) / (j + 1.0) for j in range(2, _HORNER_TERMS + 1))
-  return _Order(alpha, beta, jnp.log(alpha), jnp.log(beta), jnp.log(alpha * beta / 2.0), horner)
+  return _Order(alpha, beta, jnp.log(alpha), jnp.log(beta), 1.0 / beta,
+                jnp.log(alpha * beta / 2.0), horner)
 
 
-def _log_f(log_abs_u, u_pos, o: _Order):
-  """log f(u), f(u) = (1+u)^α - 1 - αu ≥ 0 for u > -1, stable in every regime.
+def _log_integrand_f(z, o: _Order, s2, log_q, log_norm):
+  """log(φ_σ(z) f(u(z))) for the quadrature of A_α - 1.
 
+  u(z) = q·expm1((2z-1)/(2σ²)) and f(u) = (1+u)^α - 1 - αu ≥ 0 (u > -1),
+  evaluated stably in every regime:
   (a) |αu| < 0.05: f = C(α,2) u² (1 + (α-2)/3 u (1 + (α-3)/4 u (…))) (Horner).
   (b) otherwise: f = β(1+u)(E - w) with β = α-1, l = log1p(u), E = expm1(βl)/β
       and w = u/(1+u). Since E ≥ l ≥ w, E - w has no catastrophic
-      cancellation once |αu| ≥ 0.05 — for α → 1 as well as for large α — and
-      it is evaluated in log space, so u may be astronomically large.
-
-  Args:
-    log_abs_u: log|u| (-inf at u = 0).
-    u_pos: u > 0.
-    o: order constants.
+      cancellation once |αu| ≥ 0.05 — for α → 1 as well as for large α.
+  (c) βl > 40: log f = l + βl - log β + log β to within e^{-40} (w ≤ 1 ≪ E);
+      u beyond e^60 is handled in log space (l = log u).
   """
-  abs_u = jnp.exp(jnp.minimum(log_abs_u, _LOG_BIG))
-  u = jnp.where(u_pos, abs_u, -abs_u)
+  x = (2.0 * z - 1.0) / (2.0 * s2)
+  e = jnp.expm1(jnp.minimum(x, 700.0))
+  log_abs_e = jnp.where(x > 700.0, x, nx.safe_log(jnp.abs(e)))
+  log_abs_u = log_q + log_abs_e
+  u = jnp.exp(log_q) * e
   small = log_abs_u + o.log_alpha < math.log(0.05)
+  huge = log_abs_u > _LOG_BIG
   # (a)
   us = jnp.where(small, u, 0.0)
   bracket = jnp.ones_like(us)
   for coef in reversed(o.horner):
     bracket = 1.0 + us * coef * bracket
-  log_series = o.log_c2 + 2.0 * log_abs_u + jnp.log(bracket)
-  # (b) l = log(1+u), exact also for u beyond e^60.
-  ub = jnp.where(small, 0.5, u)
-  huge = log_abs_u > _LOG_BIG
+  # (b), (c)
+  ub = jnp.where(small | huge, 1.0, u)
   l = jnp.where(huge, log_abs_u, nx.log1p(ub))
-  w = ub / (1.0 + ub)
+  w = jnp.where(huge, 1.0, ub / (1.0 + ub))
   bl = o.beta * l
-  # For βl > 40, log(E - w) = βl - log β to within e^{-40} (w ≤ 1 ≪ E).
   moderate = bl <= 40.0
-  e_direct = jnp.expm1(jnp.where(moderate, bl, 0.0)) / o.beta
-  log_rest = jnp.where(moderate, o.log_beta + l + nx.safe_log(e_direct - w), l + bl)
-  out = jnp.where(small, log_series, log_rest)
-  return jnp.where(log_abs_u == -jnp.inf, -jnp.inf, out)
-
-
-def _log_integrand_f(z, o: _Order, s2, log_q, log_norm):
-  """log(φ_σ(z) f(u(z))), u(z) = q·expm1((2z-1)/(2σ²)), for A_α - 1."""
-  x = (2.0 * z - 1.0) / (2.0 * s2)
-  # log|expm1(x)| = max(x, 0) + log(-expm1(-|x|)).
-  ax = jnp.abs(x)
-  log_abs_e = jnp.maximum(x, 0.0) + jnp.log(-jnp.expm1(-jnp.where(ax > 0, ax, 1.0)))
-  log_abs_u = jnp.where(ax > 0, log_q + log_abs_e, -jnp.inf)
-  return -z * z / (2.0 * s2) - log_norm + _log_f(log_abs_u, x > 0, o)
+  e_minus_w = jnp.expm1(jnp.where(moderate, bl, 0.0)) * o.inv_beta - w
+  lg = nx.safe_log(jnp.where(small, bracket, e_minus_w))
+  log_f = jnp.where(small, o.log_c2 + 2.0 * log_abs_u + lg,
+                    jnp.where(moderate, o.log_beta + l + lg, l + bl))
+  log_f = jnp.where(log_abs_u == -jnp.inf, -jnp.inf, log_f)
+  return -z * z / (2.0 * s2) - log_norm + log_f
 
 
 @functools.partial(jax.jit, static_argnames=("nodes",))
@@ -332,13 +327,18 @@ def _log_a_minus_1_quadrature(log_q, log_1mq, sigma, alpha, nodes=_NODES_PER_WIN
 # --------------------------------------------------------------------------
 
 
-def _quadrature_safety(sigma, alpha, exact, dtype):
+def _quadrature_safety(sigma, exact, dtype, nodes):
   """Relative inflation covering the quadrature error (measured against a
-  600-node reference over q ∈ [1e-8, 1], α ∈ (1, 10⁴], with a 10× margin):
-  ≤ 1e-12 for σ ≥ 0.3, ≤ 2e-8 for σ ∈ [0.2, 0.3), ≤ 5e-7 below. Integer
-  orders (exact sums) only get the rounding factor."""
+  600-node reference over q ∈ [1e-8, 1], α ∈ (1, 10⁴], with a 10× margin).
+  64 nodes/window: ≤ 1e-12 for σ ≥ 0.3, ≤ 2e-8 for σ ∈ [0.2, 0.3), ≤ 5e-7
+  below. 40 nodes/window (used only when every σ ≥ 0.5): ≤ 1e-12 for
+  σ ≥ 0.5 (a blunt 1e-3 allowance guards any other use). Integer orders
+  (exact sums) only get the rounding factor."""
   base = _safety(dtype)
-  extra = jnp.where(sigma >= 0.3, 0.0, jnp.where(sigma >= 0.2, 2e-7, 5e-6))
+  if nodes >= _NODES_PER_WINDOW:
+    extra = jnp.where(sigma >= 0.3, 0.0, jnp.where(sigma >= 0.2, 2e-7, 5e-6))
+  else:
+    extra = jnp.where(sigma >= 0.5, 0.0, 1e-3)
   return jnp.where(exact, base, base + extra)
 
 
@@ -348,12 +348,12 @@ def _exact_orders(alpha_np):
       alpha_np <= _MAX_BINOMIAL_ORDER)
 
 
-def _finish(log_am1, q, sigma, alpha, exact=False):
+def _finish(log_am1, q, sigma, alpha, exact=False, nodes=_NODES_PER_WINDOW):
   """RDP from log(A_α - 1), with the exact special cases and safety factor."""
   dtype = log_am1.dtype
   beta = alpha - 1.0
   rdp = nx.softplus(log_am1) / jnp.where(beta > 0, beta, 1.0)
-  safety = _quadrature_safety(sigma, alpha, exact, dtype)
+  safety = _quadrature_safety(sigma, exact, dtype, nodes)
   rdp = jnp.maximum(rdp, 0.0) * safety
   # q = 1 is exact, but gets the same inflation so ε stays monotone as q → 1.
   rdp = jnp.where(q == 1.0, alpha / (2.0 * sigma * sigma) * safety, rdp)
@@ -376,7 +376,7 @@ def _prep(q, sigma):
   return q, sigma, log_q, log_1mq, dtype
 
 
-def sampled_gaussian(q, sigma, alpha):
+def sampled_gaussian(q, sigma, alpha, *, _nodes=None):
   """RDP ε(α) of one step of the Poisson-sampled Gaussian mechanism.
 
   ε(α) = log(A_α)/(α-1) with A_α as in the module docstring (Mironov, Talwar
@@ -402,28 +402,38 @@ def sampled_gaussian(q, sigma, alpha):
   """
   if nx.is_concrete(alpha):
     alpha_np = np.asarray(alpha, np.float64)
-    return _static_kernel(alpha_np.shape, tuple(alpha_np.ravel().tolist()))(q, sigma)
-  return _traced_kernel(q, sigma, alpha)
+    nodes = _nodes or _nodes_for(sigma)
+    return _static_kernel(alpha_np.shape, tuple(alpha_np.ravel().tolist()), nodes)(q, sigma)
+  return _traced_kernel(q, sigma, alpha, _nodes or _nodes_for(sigma))
+
+
+def _nodes_for(sigma) -> int:
+  """Quadrature nodes per window: fewer when every (concrete) σ ≥ 0.5."""
+  if nx.is_concrete(sigma):
+    s = np.asarray(sigma)
+    if s.size and np.all(s >= 0.5):
+      return _NODES_WIDE
+  return _NODES_PER_WINDOW
 
 
 @functools.lru_cache(maxsize=128)
-def _static_kernel(shape, values):
+def _static_kernel(shape, values, nodes):
   """Jitted program for one concrete order array (compiled once per shape)."""
   alpha_np = np.asarray(values, np.float64).reshape(shape)
 
   def run(q, sigma):
     q, sigma, log_q, log_1mq, dtype = _prep(q, sigma)
-    return _sampled_gaussian_static(q, sigma, log_q, log_1mq, alpha_np, dtype)
+    return _sampled_gaussian_static(q, sigma, log_q, log_1mq, alpha_np, dtype, nodes)
 
   return jax.jit(run)
 
 
-@jax.jit
-def _traced_kernel(q, sigma, alpha):
+@functools.partial(jax.jit, static_argnames=("nodes",))
+def _traced_kernel(q, sigma, alpha, nodes):
   q, sigma, log_q, log_1mq, dtype = _prep(q, sigma)
   alpha = jnp.asarray(alpha).astype(dtype)
-  log_am1 = _log_a_minus_1_quadrature(log_q, log_1mq, sigma, alpha)
-  return _finish(log_am1, q, sigma, alpha)
+  log_am1 = _log_a_minus_1_quadrature(log_q, log_1mq, sigma, alpha, nodes=nodes)
+  return _finish(log_am1, q, sigma, alpha, nodes=nodes)
 
 
 def _outer_layout(q_shape, s_shape, a_shape):
@@ -436,7 +446,7 @@ def _outer_layout(q_shape, s_shape, a_shape):
   return True
 
 
-def _sampled_gaussian_static(q, sigma, log_q, log_1mq, alpha_np, dtype):
+def _sampled_gaussian_static(q, sigma, log_q, log_1mq, alpha_np, dtype, nodes):
   """Concrete orders: exact sums for integer orders, bucketed by size."""
   if _outer_layout(q.shape, sigma.shape, alpha_np.shape):
     k = alpha_np.ndim
@@ -444,14 +454,14 @@ def _sampled_gaussian_static(q, sigma, log_q, log_1mq, alpha_np, dtype):
     lead = base_shape[:max(len(base_shape) - k, 0)]
     flat = lambda x: jnp.broadcast_to(x, base_shape).reshape(-1)
     uniq, inverse = np.unique(alpha_np.reshape(-1), return_inverse=True)
-    table = _log_a_minus_1_orders(flat(log_q), flat(log_1mq), flat(sigma), uniq, dtype)
+    table = _log_a_minus_1_orders(flat(log_q), flat(log_1mq), flat(sigma), uniq, nodes)
     log_am1 = table[:, inverse].reshape(lead + alpha_np.shape)
     out_shape = np.broadcast_shapes(base_shape, alpha_np.shape)
     q_b = jnp.broadcast_to(q, out_shape)
     s_b = jnp.broadcast_to(sigma, out_shape)
     alpha_b = np.broadcast_to(alpha_np, out_shape)
     return _finish(log_am1.reshape(out_shape), q_b, s_b, jnp.asarray(alpha_b, dtype),
-                   _exact_orders(alpha_b))
+                   _exact_orders(alpha_b), nodes)
   # General broadcasting: every element may carry its own order. Integer
   # orders are summed exactly per element (masked to α), bucketed by size;
   # all other orders share one elementwise quadrature.
@@ -475,14 +485,14 @@ def _sampled_gaussian_static(q, sigma, log_q, log_1mq, alpha_np, dtype):
   pos = np.nonzero(~exact)[0]
   if pos.size:
     a = jnp.asarray(np.where(np.isfinite(alpha_full[pos]) & (alpha_full[pos] > 1), alpha_full[pos], 2.0), dtype)
-    per = max(1, _CHUNK_TERMS // (2 * _NODES_PER_WINDOW))
-    pieces.append(_map_rows(lambda x: _log_a_minus_1_quadrature(*x), (lqf[pos], l1f[pos], sf[pos], a),
+    per = max(1, _CHUNK_TERMS // (2 * nodes))
+    pieces.append(_map_rows(lambda x: _log_a_minus_1_quadrature(*x, nodes=nodes), (lqf[pos], l1f[pos], sf[pos], a),
                             pos.size, per))
     positions.append(pos)
   perm = np.empty(alpha_full.size, dtype=np.int64)
   perm[np.concatenate(positions)] = np.arange(alpha_full.size)
   log_am1 = jnp.concatenate(pieces)[perm] if pieces else jnp.zeros((0,), dtype)
-  out = _finish(log_am1, qf, sf, jnp.asarray(alpha_full, dtype), exact)
+  out = _finish(log_am1, qf, sf, jnp.asarray(alpha_full, dtype), exact, nodes)
   return out.reshape(shape)
 
 
@@ -518,19 +528,19 @@ def _map_rows(fn, xs, n, per):
   return jax.lax.map(lambda row: fn(tuple(v[None] for v in row))[0], xs, batch_size=per)
 
 
-def _log_a_minus_1_orders(lq, l1, s, orders, dtype):
+def _log_a_minus_1_orders(lq, l1, s, orders, nodes):
   """log(A_α - 1) of shape (E, len(orders)) for unique concrete orders."""
-  return _orders_kernel(tuple(float(o) for o in orders))(lq, l1, s)
+  return _orders_kernel(tuple(float(o) for o in orders), nodes)(lq, l1, s)
 
 
 @functools.lru_cache(maxsize=64)
-def _orders_kernel(orders: tuple):
+def _orders_kernel(orders: tuple, nodes: int):
   """One jitted program per order set (compiled once, cached)."""
   orders = np.asarray(orders)
-  return jax.jit(lambda lq, l1, s: _orders_impl(lq, l1, s, orders))
+  return jax.jit(lambda lq, l1, s: _orders_impl(lq, l1, s, orders, nodes))
 
 
-def _orders_impl(lq, l1, s, orders):
+def _orders_impl(lq, l1, s, orders, nodes):
   n = lq.shape[0]
   dtype = lq.dtype
   is_int = _exact_orders(orders)
@@ -550,8 +560,9 @@ def _orders_impl(lq, l1, s, orders):
   frac = np.nonzero(~is_int)[0]
   if frac.size:
     a = jnp.asarray(np.where(np.isfinite(orders[frac]), orders[frac], 2.0), dtype)
-    per = max(1, _CHUNK_TERMS // (2 * _NODES_PER_WINDOW * frac.size))
-    fn = lambda x: _log_a_minus_1_quadrature(x[0][:, None], x[1][:, None], x[2][:, None], a[None, :])
+    per = max(1, _CHUNK_TERMS // (2 * nodes * frac.size))
+    fn = lambda x: _log_a_minus_1_quadrature(x[0][:, None], x[1][:, None], x[2][:, None], a[None, :],
+                                             nodes=nodes)
     res = _map_rows(fn, (lq, l1, s), n, per)
     for j, i in enumerate(frac):
       out[i] = res[:, j]
@@ -689,7 +700,7 @@ def to_delta(rdp, orders, epsilon) -> jax.Array:
 # --------------------------------------------------------------------------
 
 
-def dpsgd_rdp(q, sigma, steps, orders=None):
+def dpsgd_rdp(q, sigma, steps, orders=None, *, _nodes=None):
   """RDP curve of ``steps`` compositions of the sampled Gaussian.
 
   ε_T(α) = T·ε(α) (RDP composes additively, Mironov 2017 Prop. 1).
@@ -706,23 +717,23 @@ def dpsgd_rdp(q, sigma, steps, orders=None):
   sigma = jnp.asarray(sigma)
   steps = jnp.asarray(steps)
   dtype = _float_dtype(q, sigma)
-  per_step = sampled_gaussian(q[..., None], sigma[..., None], orders)
+  per_step = sampled_gaussian(q[..., None], sigma[..., None], orders, _nodes=_nodes)
   return steps.astype(dtype)[..., None] * per_step
 
 
-def dpsgd_epsilon(q, sigma, steps, delta, orders=None, method="improved"):
+def dpsgd_epsilon(q, sigma, steps, delta, orders=None, method="improved", *, _nodes=None):
   """ε of DP-SGD (``steps`` sampled-Gaussian steps) at ``delta`` via RDP.
 
   Pure and jittable (``orders`` must be concrete); broadcasts q, sigma, steps,
   delta. See :func:`to_epsilon` for the conversion.
   """
   orders = DEFAULT_ORDERS if orders is None else orders
-  curve = dpsgd_rdp(q, sigma, steps, orders)
+  curve = dpsgd_rdp(q, sigma, steps, orders, _nodes=_nodes)
   return to_epsilon(curve, orders, delta, method)[0]
 
 
-def dpsgd_delta(q, sigma, steps, epsilon, orders=None):
+def dpsgd_delta(q, sigma, steps, epsilon, orders=None, *, _nodes=None):
   """δ of DP-SGD at ``epsilon`` via RDP (pure, jittable, broadcasting)."""
   orders = DEFAULT_ORDERS if orders is None else orders
-  curve = dpsgd_rdp(q, sigma, steps, orders)
+  curve = dpsgd_rdp(q, sigma, steps, orders, _nodes=_nodes)
   return to_delta(curve, orders, epsilon)
