@@ -97,7 +97,17 @@ def epsilon(q, sigma, steps, delta, *, accountant: str = "rdp", orders=None,
   nx.check_same_shape(q=q, sigma=sigma, steps=steps, delta=delta)
   if accountant == "pld":
     from jaxdp import pld
-    return pld.epsilon(q, sigma, steps, delta)
+    eps = np.asarray(pld.epsilon(q, sigma, steps, delta), dtype=np.float64)
+    # PLD cannot certify δ below its tail truncation (~1e-15) and returns inf
+    # there; RDP still gives a finite upper bound, so use it for those entries.
+    if np.any(np.isinf(eps)):
+      shape = eps.shape
+      args = [np.broadcast_to(np.asarray(a, np.float64), shape) for a in (q, sigma, steps, delta)]
+      bad = np.isinf(eps)
+      with nx.x64():
+        eps = eps.copy()
+        eps[bad] = _run_chunked("epsilon", *(a[bad] for a in args), None, "improved")
+    return nx.to_host(eps)
   if accountant != "rdp":
     raise ValueError(f"accountant must be 'rdp' or 'pld'; found {accountant!r}.")
   if method not in ("improved", "classic"):

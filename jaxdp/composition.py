@@ -57,7 +57,9 @@ def basic(epsilon, delta, k):
   _numerics.check_array("k", k, low=0.0, integer=True)
   _numerics.check_same_shape(epsilon=epsilon, delta=delta, k=k)
   epsilon, delta, k = _float(epsilon, delta, k)
-  return k * epsilon, jnp.minimum(k * delta, 1.0)
+  # One rounding each: step one ulp up so the result is never below kε, kδ.
+  up = lambda x: jnp.nextafter(x, jnp.inf)
+  return up(k * epsilon), jnp.minimum(up(k * delta), 1.0)
 
 
 @_dual
@@ -86,7 +88,9 @@ def advanced(epsilon, delta, k, delta_slack):
   log_inv = jnp.maximum(-jnp.log(delta_slack), 0.0)
   eps_total = (jnp.sqrt(2.0 * k * log_inv) * epsilon
                + 0.5 * k * epsilon * jnp.expm1(epsilon))
-  return eps_total, jnp.minimum(k * delta + delta_slack, 1.0)
+  # A handful of roundings: inflate by 16 ulps so the bound is never below.
+  inflate = 1.0 + 16.0 * jnp.finfo(eps_total.dtype).eps
+  return eps_total * inflate, jnp.minimum((k * delta + delta_slack) * inflate, 1.0)
 
 
 @_dual

@@ -202,8 +202,9 @@ def _log_integrand_f(z, o: _Order, s2, log_q, log_norm):
       u beyond e^60 is handled in log space (l = log u).
   """
   x = (2.0 * z - 1.0) / (2.0 * s2)
-  e = jnp.expm1(jnp.minimum(x, 700.0))
-  log_abs_e = jnp.where(x > 700.0, x, nx.safe_log(jnp.abs(e)))
+  cap = math.log(float(jnp.finfo(z.dtype).max)) - 2.0   # expm1 stays finite below
+  e = jnp.expm1(jnp.minimum(x, cap))
+  log_abs_e = jnp.where(x > cap, x, nx.safe_log(jnp.abs(e)))
   log_abs_u = log_q + log_abs_e
   u = jnp.exp(log_q) * e
   small = log_abs_u + o.log_alpha < math.log(0.05)

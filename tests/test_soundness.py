@@ -355,10 +355,6 @@ def test_composition_bounds_sound(eps, k, delta, slack):
     assert ref_pure_dp_composition_delta(eps, delta, k, e_opt) <= target * (1 + 1e-9)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "composition.basic returns fl(k·ε) rounded to nearest, not up: at ε=0.606396282653306, "
-    "k=22, δ=1e-17 it returns 13.340718218372732 < 22·ε, and the exact δ there is "
-    "2.20031e-16 > kδ = 2.2e-16. Reported (priority 1: round toward more privacy loss)."))
 def test_basic_composition_rounds_up():
   eps, k, delta = 0.606396282653306, 22, 1e-17
   with jax.enable_x64(True):
