@@ -88,7 +88,10 @@ def test_agrees_with_dp_accounting(batch_bounds, i):
   lo, up = batch_bounds
   ref = _dp_accounting_epsilon(*CONFIGS[i])
   assert abs(up[i] / ref - 1) < 5e-3
-  assert lo[i] <= up[i]
+  # The certified interval contains dp_accounting's (pessimistic) value and
+  # is narrow (second-order discretisation on both ends).
+  assert lo[i] <= ref <= up[i]
+  assert up[i] - lo[i] < 2e-3 * up[i]
 
 
 @pytest.mark.parametrize("i", range(len(CONFIGS)))
@@ -107,20 +110,52 @@ def test_interval_contains_prv_estimate():
   assert lo <= estimate <= up
 
 
-@pytest.mark.parametrize("q,sigma", [(0.01, 1.0), (0.2, 0.7), (1.0, 2.0)])
+ONE_STEP = [(0.01, 1.0), (0.2, 0.7), (1.0, 2.0), (256 / 60000, 1.1), (0.5, 0.5), (0.9, 3.0)]
+ONE_STEP_EPS = np.concatenate([np.linspace(0.0, 0.1, 6), np.linspace(0.2, 3.0, 8)])
+
+
+@functools.lru_cache(maxsize=None)
+def _exact_profile(q, sigma):
+  return np.array([_ref_one_step_delta(e, q, sigma) for e in ONE_STEP_EPS])
+
+
+@pytest.mark.parametrize("q,sigma", ONE_STEP)
 def test_one_step_bounds_bracket_exact_profile(q, sigma):
-  eps = np.array([0.0, 0.01, 0.1, 0.5, 1.0, 2.0])
-  lo, up = pld.delta(q, sigma, 1, eps, return_bounds=True)
-  exact = np.array([_ref_one_step_delta(e, q, sigma) for e in eps])
+  lo, up = pld.delta(q, sigma, 1, ONE_STEP_EPS, return_bounds=True)
+  exact = _exact_profile(q, sigma)
   assert np.all(up >= exact * (1 - 1e-12))
-  # KNOWN DEFECT: the optimistic value is an estimate, not certified: near
-  # ε = 0 the add direction's optimistic PMF overshoots by up to ~0.1%
-  # (see the module docstring).
-  assert np.all(lo <= exact * (1 + 2e-3))
+  # Certified optimistic end: never above the exact value.
+  assert np.all(lo <= exact), (lo - exact)
   assert np.all(lo <= up)
-  # and they are tight
+  # and both are tight (absolute slack: the lower end's round-off allowance)
   assert np.all(up <= exact * 1.02 + 1e-15)
-  assert np.all(lo >= exact * 0.9)
+  assert np.all(lo >= exact * (1 - 2e-2) - 1e-11)
+
+
+@pytest.mark.parametrize("q,sigma,h", [(0.01, 1.0, 0.05), (0.2, 0.7, 0.3), (1e-4, 5.0, 0.01),
+                                       (0.5, 0.5, 0.02)])
+def test_one_step_lower_bound_coarse_grids(q, sigma, h):
+  # Coarse user grids (including the infeasible-slack fallback, where the
+  # loss spread is far below h) stay certified.
+  lo, up = pld.delta(q, sigma, 1, ONE_STEP_EPS, value_discretization_interval=h,
+                     return_bounds=True)
+  exact = _exact_profile(q, sigma) if (q, sigma) in ONE_STEP else np.array(
+      [_ref_one_step_delta(e, q, sigma) for e in ONE_STEP_EPS])
+  assert np.all(lo <= exact), (lo - exact)
+  assert np.all(up >= exact * (1 - 1e-12))
+  assert np.all(lo <= up)
+
+
+def test_lower_below_upper_batch():
+  rng = np.random.default_rng(0)
+  q = rng.uniform(0.001, 0.3, 8)
+  sigma = rng.uniform(0.6, 3.0, 8)
+  steps = rng.integers(1, 300, 8)
+  eps = rng.uniform(0.0, 3.0, 8)
+  lo, up = pld.delta(q, sigma, steps, eps, return_bounds=True)
+  assert np.all(lo <= up)
+  lo, up = pld.epsilon(q, sigma, steps, 1e-6, return_bounds=True)
+  assert np.all(lo <= up)
 
 
 def test_epsilon_delta_consistent():
