@@ -90,7 +90,7 @@ def main():
     rows.append(row)
   n_prv = sum("prv" in r for r in rows)
 
-  print(f"{'q':>9} {'sigma':>5} {'T':>6} {'jaxdp eps':>10} {'width':>8} {'dp_acc':>9} "
+  print(f"{'q':>9} {'sigma':>5} {'T':>6} {'jaxdp eps':>10} {'cert.wid':>8} {'dp_acc':>9} "
         f"{'rel diff':>9} {'prv':>8} {'prv width':>9} {'in':>3}")
   for r in rows:
     rel = r["jaxdp_upper"] / r["dp_accounting"] - 1
@@ -111,7 +111,7 @@ def main():
   print(f"dp_accounting PLD: {per_cfg_dpa * 1e3:.1f} ms/config  -> speed ratio {per_cfg_dpa / per_cfg_jax:.1f}x")
   print(f"prv_accountant: {per_cfg_prv * 1e3:.1f} ms/config ({n_prv} configs) "
         f"-> speed ratio {per_cfg_prv / per_cfg_jax:.1f}x")
-  print(f"max |rel diff| to dp_accounting: {max(rel):.2e};  median rel. interval width "
+  print(f"max |rel diff| to dp_accounting: {max(rel):.2e};  median rel. certified interval width "
         f"{statistics.median(rel_width):.2e}")
 
   result = dict(
