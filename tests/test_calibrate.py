@@ -1,6 +1,5 @@
 """Tests for jaxdp.calibrate: feasibility, tightness, exact inverses, gradients."""
 
-import warnings
 
 import jax
 import numpy as np

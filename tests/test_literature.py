@@ -19,7 +19,6 @@ one on the same orders.
 import math
 
 import numpy as np
-import pytest
 
 import jaxdp
 

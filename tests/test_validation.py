@@ -8,8 +8,6 @@ element. Nothing here needs a compiled kernel to succeed: validation runs
 before any computation, so the whole file is fast.
 """
 
-import math
-import re
 
 import numpy as np
 import pytest
