@@ -28,6 +28,7 @@ Writes benchmarks/results/inloop.json.
 
 import argparse
 import os
+import sys
 import platform
 import statistics
 import time
@@ -59,22 +60,9 @@ def load_data(batch):
   return x[:n], y[:n], batch / n
 
 
-def init_mlp(key, sizes):
-  params = []
-  for k, (m, n) in zip(jax.random.split(key, len(sizes) - 1), zip(sizes[:-1], sizes[1:])):
-    params.append((jax.random.normal(k, (m, n)) * np.sqrt(2.0 / m), jnp.zeros(n)))
-  return params
-
-
-def forward(params, x):
-  for w, b in params[:-1]:
-    x = jax.nn.relu(x @ w + b)
-  w, b = params[-1]
-  return x @ w + b
-
-
-def loss_fn(params, x, y):
-  return -jax.nn.log_softmax(forward(params, x[None])[0])[y]
+# The model is the one of examples/train_dpsgd.py (same MLP, same loss).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+from train_dpsgd import init_mlp, loss_fn  # noqa: E402
 
 
 per_example_grads = jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0))
