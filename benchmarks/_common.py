@@ -2,6 +2,10 @@
 
 import json
 import os
+import statistics
+import time
+
+import jax
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -13,3 +17,13 @@ def write_result(name: str, result: dict) -> str:
   with open(path, "w") as f:
     json.dump(result, f, indent=1, default=float)
   return path
+
+
+def median_time(fn, reps: int) -> float:
+  """Median wall time of ``fn()`` over ``reps`` runs, waiting for device results."""
+  times = []
+  for _ in range(reps):
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - t0)
+  return statistics.median(times)

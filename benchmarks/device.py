@@ -21,7 +21,6 @@ Writes benchmarks/results/device.json.
 import argparse
 import os
 import platform
-import statistics
 import time
 
 import jax
@@ -31,7 +30,7 @@ import numpy as np
 import jaxdp
 from jaxdp import _numerics
 from jaxdp import rdp
-from _common import write_result  # noqa: E402  (benchmarks/ is on sys.path)
+from _common import median_time, write_result  # noqa: E402  (benchmarks/ is on sys.path)
 
 ORDERS = np.array([1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64], dtype=np.float64)
 STEPS = 10000
@@ -56,15 +55,6 @@ def devices():
   return out
 
 
-def _median(fn, reps):
-  times = []
-  for _ in range(reps):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - t0)
-  return statistics.median(times)
-
-
 def bench_public(dev, q, s, reps):
   steps = np.full(q.shape, float(STEPS))
   d = np.full(q.shape, DELTA)
@@ -72,7 +62,7 @@ def bench_public(dev, q, s, reps):
     t0 = time.perf_counter()
     out = jaxdp.epsilon(q, s, steps, d, orders=ORDERS)
     first = time.perf_counter() - t0
-    run = _median(lambda: jaxdp.epsilon(q, s, steps, d, orders=ORDERS), reps)
+    run = median_time(lambda: jaxdp.epsilon(q, s, steps, d, orders=ORDERS), reps)
   return np.asarray(out), first, run
 
 
@@ -86,7 +76,7 @@ def bench_kernel(dev, q, s, reps):
     t0 = time.perf_counter()
     out = jax.block_until_ready(_KERNEL(qd, sd))
     first = time.perf_counter() - t0
-    run = _median(lambda: _KERNEL(qd, sd), reps)
+    run = median_time(lambda: _KERNEL(qd, sd), reps)
     return np.asarray(out), first, run
 
 

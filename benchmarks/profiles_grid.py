@@ -15,23 +15,13 @@ Writes benchmarks/results/profiles_grid.json.
 
 import argparse
 import platform
-import statistics
 import time
 
 import jax
 import numpy as np
 
 from jaxdp import profiles
-from _common import write_result  # noqa: E402  (benchmarks/ is on sys.path)
-
-
-def _median_time(fn, reps):
-  times = []
-  for _ in range(reps):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - t0)
-  return statistics.median(times)
+from _common import median_time, write_result  # noqa: E402  (benchmarks/ is on sys.path)
 
 
 def bench_sampled_gaussian(n, samples, q, reps, rng):
@@ -45,7 +35,7 @@ def bench_sampled_gaussian(n, samples, q, reps, rng):
     t0 = time.perf_counter()
     out = jax.block_until_ready(fn(e_dev, s_dev))
     compile_s = time.perf_counter() - t0
-    run_s = _median_time(lambda: fn(e_dev, s_dev), reps)
+    run_s = median_time(lambda: fn(e_dev, s_dev), reps)
     out = np.asarray(out)
   idx = rng.choice(ee.size, size=samples, replace=False)
   t0 = time.perf_counter()
@@ -82,7 +72,7 @@ def bench_analytic_gaussian(m, samples, reps, rng):
     t0 = time.perf_counter()
     out = jax.block_until_ready(fn(e_dev, d_dev))
     compile_s = time.perf_counter() - t0
-    run_s = _median_time(lambda: fn(e_dev, d_dev), reps)
+    run_s = median_time(lambda: fn(e_dev, d_dev), reps)
     out = np.asarray(out)
   idx = rng.choice(ee.size, size=samples, replace=False)
   t0 = time.perf_counter()
