@@ -726,6 +726,17 @@ def _prepare(q, sigma, steps, value, value_name, value_kw, value_discretization_
   return shape, trivial, cfg, inverse, slot, table, h
 
 
+def _scatter_bounds(trivial, cfg, inverse, slot, table, h, want_epsilon):
+  """(upper, lower) for every query: 0 where trivial, else from the composed PLDs."""
+  up = np.zeros(trivial.shape)
+  lo = np.zeros(trivial.shape)
+  if len(cfg):
+    u, l = _run(cfg[:, 0], cfg[:, 1], cfg[:, 2], h, table, want_epsilon=want_epsilon)
+    up[~trivial] = u[inverse, slot]
+    lo[~trivial] = l[inverse, slot]
+  return up, lo
+
+
 @num.host_function
 def delta(q, sigma, steps, epsilon, *, value_discretization_interval=None, rtol=1e-3,
           return_bounds=False):
@@ -755,12 +766,7 @@ def delta(q, sigma, steps, epsilon, *, value_discretization_interval=None, rtol=
   shape, trivial, cfg, inverse, slot, table, h = _prepare(
       q, sigma, steps, epsilon, "epsilon", dict(low=0.0, allow_inf=True),
       value_discretization_interval, rtol)
-  up = np.zeros(trivial.shape)
-  lo = np.zeros(trivial.shape)
-  if len(cfg):
-    u, l = _run(cfg[:, 0], cfg[:, 1], cfg[:, 2], h, table, want_epsilon=False)
-    up[~trivial] = u[inverse, slot]
-    lo[~trivial] = l[inverse, slot]
+  up, lo = _scatter_bounds(trivial, cfg, inverse, slot, table, h, want_epsilon=False)
   up = np.clip(up, 0.0, 1.0).reshape(shape)
   # Both ends are bounds; no clipping of one to the other (tests check lo <= up).
   lo = np.clip(lo, 0.0, 1.0).reshape(shape)
@@ -792,12 +798,7 @@ def epsilon(q, sigma, steps, delta, *, value_discretization_interval=None, rtol=
   shape, trivial, cfg, inverse, slot, table, h = _prepare(
       q, sigma, steps, delta, "delta", dict(low=0.0, high=1.0, low_open=True),
       value_discretization_interval, rtol)
-  up = np.zeros(trivial.shape)
-  lo = np.zeros(trivial.shape)
-  if len(cfg):
-    u, l = _run(cfg[:, 0], cfg[:, 1], cfg[:, 2], h, table, want_epsilon=True)
-    up[~trivial] = u[inverse, slot]
-    lo[~trivial] = l[inverse, slot]
+  up, lo = _scatter_bounds(trivial, cfg, inverse, slot, table, h, want_epsilon=True)
   up = np.maximum(up, 0.0).reshape(shape)
   lo = np.maximum(lo, 0.0).reshape(shape)
   return (lo, up) if return_bounds else up
