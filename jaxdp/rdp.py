@@ -477,17 +477,13 @@ def _sampled_gaussian_static(q, sigma, log_q, log_1mq, alpha_np, dtype, nodes):
   qf, sf, lqf, l1f = b(q), b(sigma), b(log_q), b(log_1mq)
   exact = _exact_orders(alpha_full)
   pieces, positions = [], []
-  lo = 1
-  for hi in _BUCKETS:
-    pos = np.nonzero(exact & (alpha_full > lo) & (alpha_full <= hi))[0]
-    lo = hi
-    if pos.size:
-      a = jnp.asarray(alpha_full[pos], dtype)
-      kmax = int(alpha_full[pos].max())
-      per = max(1, _CHUNK_TERMS // kmax)
-      fn = lambda x, kmax=kmax: _log_a_minus_1_binomial_elementwise(*x, kmax)
-      pieces.append(_map_rows(fn, (lqf[pos], l1f[pos], sf[pos], a), pos.size, per))
-      positions.append(pos)
+  for pos in _integer_buckets(alpha_full):
+    a = jnp.asarray(alpha_full[pos], dtype)
+    kmax = int(alpha_full[pos].max())
+    per = max(1, _CHUNK_TERMS // kmax)
+    fn = lambda x, kmax=kmax: _log_a_minus_1_binomial_elementwise(*x, kmax)
+    pieces.append(_map_rows(fn, (lqf[pos], l1f[pos], sf[pos], a), pos.size, per))
+    positions.append(pos)
   pos = np.nonzero(~exact)[0]
   if pos.size:
     a = jnp.asarray(np.where(np.isfinite(alpha_full[pos]) & (alpha_full[pos] > 1), alpha_full[pos], 2.0), dtype)
@@ -500,6 +496,17 @@ def _sampled_gaussian_static(q, sigma, log_q, log_1mq, alpha_np, dtype, nodes):
   log_am1 = jnp.concatenate(pieces)[perm] if pieces else jnp.zeros((0,), dtype)
   out = _finish(log_am1, qf, sf, jnp.asarray(alpha_full, dtype), exact, nodes)
   return out.reshape(shape)
+
+
+def _integer_buckets(orders):
+  """Index arrays of the exactly summed orders, one per non-empty size bucket."""
+  exact = _exact_orders(orders)
+  lo = 1
+  for hi in _BUCKETS:
+    sel = np.nonzero(exact & (orders > lo) & (orders <= hi))[0]
+    lo = hi
+    if sel.size:
+      yield sel
 
 
 def _log_a_minus_1_binomial_elementwise(log_q, log_1mq, sigma, alpha, kmax: int):
@@ -551,12 +558,7 @@ def _orders_impl(lq, l1, s, orders, nodes):
   dtype = lq.dtype
   is_int = _exact_orders(orders)
   out = [None] * len(orders)
-  lo = 1
-  for hi in _BUCKETS:
-    sel = np.nonzero(is_int & (orders > lo) & (orders <= hi))[0]
-    lo = hi
-    if sel.size == 0:
-      continue
+  for sel in _integer_buckets(orders):
     bucket = orders[sel].astype(np.int64)
     per = max(1, _CHUNK_TERMS // (int(bucket.max()) * sel.size))
     fn = lambda x, bucket=bucket: _log_a_minus_1_binomial(*x, bucket)
