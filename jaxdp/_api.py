@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp import _numerics as nx
+from jaxdp import _order_search
 from jaxdp.rdp import _nodes_for as rdp_nodes_for
 
 _CHUNK = 2048
@@ -51,17 +52,21 @@ def _run_chunked(kind, q, sigma, steps, x, orders, method):
   flat = [np.broadcast_to(np.asarray(a, np.float64), shape).reshape(-1) for a in (q, sigma, steps, x)]
   n = flat[0].size
   key = None if orders is None else tuple(float(o) for o in orders)
+  search_plan = _order_search.plan(key)
   chunk = min(_CHUNK, max(n, 1))
   out = []
   for start in range(0, n, chunk):
     parts = [a[start:start + chunk] for a in flat]
     # Fewer quadrature nodes suffice when every σ in the chunk is ≥ 0.5.
-    fn = _chunk_fn(kind, key, method, rdp_nodes_for(parts[1]))
+    nodes = rdp_nodes_for(parts[1])
     m = parts[0].size
     if m < chunk:  # pad with a benign configuration to reuse the compiled shape
       pad = [np.full(chunk - m, v) for v in (0.5, 1.0, 1.0, 0.5)]
       parts = [np.concatenate([p, f]) for p, f in zip(parts, pad)]
-    res = fn(*(jnp.asarray(p) for p in parts))
+    if search_plan is not None:  # many orders: evaluate only those that can win
+      res = _order_search.search(kind, search_plan, method, nodes, *parts)
+    else:
+      res = _chunk_fn(kind, key, method, nodes)(*(jnp.asarray(p) for p in parts))
     out.append(np.asarray(res)[:m])
   result = np.concatenate(out) if out else np.zeros((0,))
   return result.reshape(shape)

@@ -96,21 +96,38 @@ def _log_a_minus_1_binomial(log_q, log_1mq, sigma, orders):
   Returns:
     Shape (E, m).
   """
-  dtype = log_q.dtype
+  coef, rest = _binomial_tables(orders)
+  return _binomial_lse(log_q[:, None, None], log_1mq[:, None, None], sigma[:, None, None],
+                       jnp.asarray(coef, log_q.dtype), jnp.asarray(rest, log_q.dtype))
+
+
+def _binomial_tables(orders):
+  """Static log C(α, k) and α - k for k = 2..max(orders), -inf / 0 past each α.
+
+  Returns:
+    ``(coef, rest)``, NumPy float64 arrays of shape (len(orders), max(orders) - 1).
+  """
   kmax = int(orders.max())
   k_np = np.arange(2, kmax + 1, dtype=np.float64)
-  a_np = orders.astype(np.float64)[:, None]
+  a_np = np.asarray(orders, np.float64)[:, None]
   valid = k_np[None, :] <= a_np
   with np.errstate(invalid="ignore"):
     lg = np.vectorize(math.lgamma)
     coef = np.where(valid, lg(a_np + 1) - lg(k_np + 1) - lg(np.maximum(a_np - k_np, 0) + 1), -np.inf)
-  rest = np.where(valid, a_np - k_np, 0.0)
-  k = jnp.asarray(k_np, dtype)
-  l1 = log_1mq[:, None, None]
+  return coef, np.where(valid, a_np - k_np, 0.0)
+
+
+def _binomial_lse(log_q, log_1mq, sigma, coef, rest):
+  """log Σ_k exp(coef_k + rest_k·log(1-q) + k·log q + log(exp((k²-k)/(2σ²)) - 1)).
+
+  ``coef`` and ``rest`` carry k = 2, 3, … on their last axis; the other
+  arguments broadcast against them.
+  """
+  dtype = log_q.dtype
+  k = jnp.arange(2, coef.shape[-1] + 2, dtype=dtype)
   # (α-k)·log(1-q) with 0·(-inf) := 0 at k = α (q = 1).
-  pow_1mq = jnp.where(rest > 0, jnp.asarray(rest, dtype) * jnp.where(rest > 0, l1, 0.0), 0.0)
-  per_k = k * log_q[:, None] + nx.log_expm1((k * k - k) / (2.0 * sigma * sigma)[:, None])
-  terms = jnp.asarray(coef, dtype) + pow_1mq + per_k[:, None, :]
+  pow_1mq = jnp.where(rest > 0, rest * jnp.where(rest > 0, log_1mq, 0.0), 0.0)
+  terms = coef + pow_1mq + k * log_q + nx.log_expm1((k * k - k) / (2.0 * sigma * sigma))
   return _logsumexp(terms, axis=-1)
 
 
@@ -532,6 +549,8 @@ def _log_a_minus_1_binomial_elementwise(log_q, log_1mq, sigma, alpha, kmax: int)
 _BUCKETS = (16, 64, 256, 1024, 4096)
 # Work elements per chunk (≈ 32 MiB of float64 terms).
 _CHUNK_TERMS = 1 << 22
+# Binomial sums run fastest in cache-sized chunks (≈ 2 MiB of terms).
+_CHUNK_TERMS_BINOMIAL = 1 << 18
 
 
 def _map_rows(fn, xs, n, per):
@@ -560,7 +579,7 @@ def _orders_impl(lq, l1, s, orders, nodes):
   out = [None] * len(orders)
   for sel in _integer_buckets(orders):
     bucket = orders[sel].astype(np.int64)
-    per = max(1, _CHUNK_TERMS // (int(bucket.max()) * sel.size))
+    per = max(1, _CHUNK_TERMS_BINOMIAL // (int(bucket.max()) * sel.size))
     fn = lambda x, bucket=bucket: _log_a_minus_1_binomial(*x, bucket)
     res = _map_rows(fn, (lq, l1, s), n, per)
     for j, i in enumerate(sel):
@@ -630,6 +649,39 @@ def sampled_gaussian_bound(q, sigma, alpha):
 # --------------------------------------------------------------------------
 
 
+def _epsilon_per_order(rdp, orders, delta, method):
+  """ε(α) of :func:`to_epsilon` before the minimum (non-decreasing in ``rdp``)."""
+  rdp = jnp.asarray(rdp)
+  dtype = _float_dtype(rdp)
+  rdp = rdp.astype(dtype)
+  orders = jnp.asarray(orders, dtype)
+  delta = jnp.asarray(delta, dtype)[..., None]
+  am1 = orders - 1.0
+  log_delta = jnp.log(delta)
+  if method == "classic":
+    eps = rdp - log_delta / am1
+  elif method == "improved":
+    eps = rdp + nx.log1p(-1.0 / orders) - (log_delta + jnp.log(orders)) / am1
+    kl_ok = delta * delta + jnp.expm1(-rdp) > 0
+    eps = jnp.where(kl_ok, 0.0, eps)
+  else:
+    raise ValueError(f"method must be 'improved' or 'classic'; found {method!r}.")
+  return jnp.where(jnp.isnan(eps), jnp.inf, eps), orders, dtype
+
+
+def _log_delta_per_order(rdp, orders, epsilon):
+  """log δ(α) of :func:`to_delta` before the minimum (non-decreasing in ``rdp``)."""
+  rdp = jnp.asarray(rdp)
+  dtype = _float_dtype(rdp)
+  rdp = rdp.astype(dtype)
+  orders = jnp.asarray(orders, dtype)
+  epsilon = jnp.asarray(epsilon, dtype)[..., None]
+  log_kl = 0.5 * nx.log1mexp(jnp.maximum(rdp, 0.0))
+  log_rdp = (orders - 1.0) * (rdp - epsilon + nx.log1p(-1.0 / orders)) - jnp.log(orders)
+  log_d = jnp.minimum(log_kl, log_rdp)
+  return jnp.where(jnp.isnan(log_d), jnp.inf, log_d), dtype
+
+
 def to_epsilon(rdp, orders, delta, method: str = "improved") -> Tuple[jax.Array, jax.Array]:
   """Smallest ε over orders (last axis) such that the mechanism is (ε, δ)-DP.
 
@@ -649,22 +701,7 @@ def to_epsilon(rdp, orders, delta, method: str = "improved") -> Tuple[jax.Array,
   Returns:
     ``(epsilon, best_order)`` with the shape of ``rdp[..., 0]``.
   """
-  rdp = jnp.asarray(rdp)
-  dtype = _float_dtype(rdp)
-  rdp = rdp.astype(dtype)
-  orders = jnp.asarray(orders, dtype)
-  delta = jnp.asarray(delta, dtype)[..., None]
-  am1 = orders - 1.0
-  log_delta = jnp.log(delta)
-  if method == "classic":
-    eps = rdp - log_delta / am1
-  elif method == "improved":
-    eps = rdp + nx.log1p(-1.0 / orders) - (log_delta + jnp.log(orders)) / am1
-    kl_ok = delta * delta + jnp.expm1(-rdp) > 0
-    eps = jnp.where(kl_ok, 0.0, eps)
-  else:
-    raise ValueError(f"method must be 'improved' or 'classic'; found {method!r}.")
-  eps = jnp.where(jnp.isnan(eps), jnp.inf, eps)
+  eps, orders, dtype = _epsilon_per_order(rdp, orders, delta, method)
   idx = jnp.argmin(eps, axis=-1)
   best = jnp.take_along_axis(eps, idx[..., None], axis=-1)[..., 0]
   best_order = jnp.broadcast_to(orders, eps.shape)
@@ -690,15 +727,7 @@ def to_delta(rdp, orders, epsilon) -> jax.Array:
   Returns:
     δ with the shape of ``rdp[..., 0]``.
   """
-  rdp = jnp.asarray(rdp)
-  dtype = _float_dtype(rdp)
-  rdp = rdp.astype(dtype)
-  orders = jnp.asarray(orders, dtype)
-  epsilon = jnp.asarray(epsilon, dtype)[..., None]
-  log_kl = 0.5 * nx.log1mexp(jnp.maximum(rdp, 0.0))
-  log_rdp = (orders - 1.0) * (rdp - epsilon + nx.log1p(-1.0 / orders)) - jnp.log(orders)
-  log_d = jnp.minimum(log_kl, log_rdp)
-  log_d = jnp.where(jnp.isnan(log_d), jnp.inf, log_d)
+  log_d, dtype = _log_delta_per_order(rdp, orders, epsilon)
   best = jnp.min(log_d, axis=-1)
   return jnp.minimum(jnp.exp(best) * _safety(dtype), 1.0)
 

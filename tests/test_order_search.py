@@ -1,0 +1,93 @@
+"""The pruned minimum over orders (jaxdp._order_search) against evaluating all.
+
+The reference is the exhaustive jitted path (:func:`jaxdp.rdp.dpsgd_epsilon`
+/ ``dpsgd_delta``, every order evaluated), whose kernels are checked against
+mpmath in test_rdp.py / test_soundness.py.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdp
+from jaxdp import _numerics as nx
+from jaxdp import _order_search, rdp
+
+DP_ORDERS = np.concatenate([1.0 + np.arange(1, 100) / 10.0, np.arange(11, 64), [128, 256, 512, 1024]])
+
+
+def _configs(rng, n, sigma_lo=0.3):
+  q = np.exp(rng.uniform(np.log(1e-6), 0.0, n))
+  q[:3] = [0.0, 1.0, 0.5]
+  sigma = np.exp(rng.uniform(np.log(sigma_lo), np.log(20.0), n))
+  steps = np.round(np.exp(rng.uniform(0.0, np.log(1e6), n)))
+  steps[3] = 0
+  return q, sigma, steps
+
+
+def _exhaustive(kind, q, sigma, steps, x, orders):
+  fn = rdp.dpsgd_epsilon if kind == "epsilon" else rdp.dpsgd_delta
+  with nx.x64():
+    return np.asarray(jax.jit(lambda *a: fn(*a, orders))(q, sigma, steps, x))
+
+
+@pytest.mark.parametrize("orders", [DP_ORDERS, None], ids=["dp_accounting", "default"])
+def test_epsilon_equals_min_over_all_orders(orders):
+  rng = np.random.default_rng(0)
+  q, sigma, steps = _configs(rng, 300)
+  delta = np.exp(rng.uniform(np.log(1e-12), np.log(1e-2), q.size))
+  assert _order_search.plan(None if orders is None else tuple(orders)) is not None
+  ours = jaxdp.epsilon(q, sigma, steps, delta, orders=orders)
+  ref = _exhaustive("epsilon", q, sigma, steps, delta, rdp.DEFAULT_ORDERS if orders is None else orders)
+  np.testing.assert_allclose(ours, ref, rtol=1e-9, atol=0)
+
+
+@pytest.mark.parametrize("orders", [DP_ORDERS, None], ids=["dp_accounting", "default"])
+def test_delta_equals_min_over_all_orders(orders):
+  rng = np.random.default_rng(1)
+  q, sigma, steps = _configs(rng, 300)
+  eps = rng.uniform(0.0, 20.0, q.size)
+  ours = jaxdp.delta(q, sigma, steps, eps, orders=orders)
+  ref = _exhaustive("delta", q, sigma, steps, eps, rdp.DEFAULT_ORDERS if orders is None else orders)
+  # δ = exp((α-1)·(T·ε(α) - …)): a 1e-12 relative change of ε(α) moves δ by
+  # up to (α-1)·T·ε(α)·1e-12.
+  np.testing.assert_allclose(ours, ref, rtol=1e-8, atol=1e-300)
+
+
+def test_small_sigma_is_within_the_quadrature_allowance():
+  rng = np.random.default_rng(2)
+  q, sigma, steps = _configs(rng, 100, sigma_lo=0.1)
+  sigma = np.minimum(sigma, 0.3)
+  ours = jaxdp.epsilon(q, sigma, steps, 1e-5, orders=DP_ORDERS)
+  ref = _exhaustive("epsilon", q, sigma, steps, np.full(q.size, 1e-5), DP_ORDERS)
+  np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bounds_contain_every_order(seed):
+  """lo ≤ ε(α) ≤ hi at every order, for random sets of evaluated orders."""
+  rng = np.random.default_rng(seed)
+  orders = np.unique(rdp.DEFAULT_ORDERS if seed == 2 else DP_ORDERS)
+  q, sigma, _ = _configs(rng, 64)
+  with nx.x64():
+    table = np.asarray(rdp.sampled_gaussian(q[:, None], sigma[:, None], orders))
+    known = rng.random(table.shape) < 0.2
+    known[:, (orders == 2) | (orders == 3)] = True
+    lo, hi = jax.jit(_order_search._bounds, static_argnames="orders")(
+        jnp.asarray(np.where(known, table, np.inf)), jnp.asarray(known), jnp.asarray(sigma),
+        orders=tuple(orders))
+  lo, hi = np.asarray(lo), np.asarray(hi)
+  assert np.all(lo <= table * (1 + 1e-12))
+  assert np.all(hi >= table * (1 - 1e-12))
+  # Not vacuous: away from the evaluated orders the bounds differ from the value.
+  assert np.mean(lo < table * (1 - 1e-3)) > 0.2
+  assert np.all(lo[known] == table[known]) and np.all(hi[known] == table[known])
+
+
+def test_plan_only_for_large_order_sets():
+  assert _order_search.plan((2.0, 3.0, 4.0, 8.0, 16.0, 32.0, 64.0)) is None   # all cheap and exact
+  assert _order_search.plan((1.5, 2.5, 3.5)) is None                          # no base orders
+  assert _order_search.plan(tuple(DP_ORDERS) + (np.inf,)) is None              # α = ∞ handled exhaustively
+  pl = _order_search.plan(tuple(DP_ORDERS))
+  assert pl is not None and set(pl.orders[pl.base]) == set(range(2, 64))
