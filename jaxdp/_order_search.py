@@ -38,6 +38,7 @@ conversion of a computed, rounded-up RDP value at an order that was evaluated.
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple, Optional
 
 import jax
@@ -110,13 +111,42 @@ def _objective(total_rdp, orders, x, kind, method):
   return rdp._log_delta_per_order(total_rdp, orders, x)[0]
 
 
-def _bounds(table, known, sigma, orders):
+def _neighbours(known):
+  """Nearest evaluated orders around every order, in the α = 1 + orders + sentinel layout.
+
+  Args:
+    known: (N, m) NumPy mask of evaluated orders.
+
+  Returns:
+    ``(l1, l2, r1, r2)``, int32 (N, m + 2): the last and second-last evaluated
+    column strictly left of each column (-1: none; column 0, α = 1, counts as
+    evaluated) and the first and second strictly right (m + 1: none).
+  """
+  n, m = known.shape
+  # Work on the transpose: NumPy accumulates fastest along the leading axis.
+  kp = np.concatenate([np.ones((1, n), bool), known.T, np.zeros((1, n), bool)], axis=0)
+  idx = np.arange(m + 2, dtype=np.int32)[:, None]
+  sentinel = np.int32(m + 1)
+  left = np.maximum.accumulate(np.where(kp, idx, np.int32(-1)), axis=0)
+  l1 = np.concatenate([np.full((1, n), -1, np.int32), left[:-1]], axis=0)
+  right = np.minimum.accumulate(np.where(kp, idx, sentinel)[::-1], axis=0)[::-1]
+  r1 = np.concatenate([right[1:], np.full((1, n), sentinel, np.int32)], axis=0)
+  cols = np.arange(n, dtype=np.int64)
+  flat = lambda a, i: np.take(a.ravel(), i.astype(np.int64) * n + cols)   # a[i[r, c], c]
+  l2 = np.where(l1 >= 0, flat(l1, np.maximum(l1, 0)), -1)
+  r2 = np.where(r1 < sentinel, flat(r1, np.minimum(r1, sentinel)), sentinel)
+  l1, l2, r1, r2 = (np.ascontiguousarray(v.T, dtype=np.int32) for v in (l1, l2, r1, r2))
+  return l1, l2, r1, r2
+
+
+def _bounds(table, known, nbrs, q, sigma, orders):
   """Certified per-step RDP interval [lo, hi] at every order (module docstring).
 
   Args:
     table: (N, m) per-step RDP, valid where ``known``.
     known: (N, m) mask of evaluated orders.
-    sigma: (N,) noise multipliers (they set the deflation of ``lo``).
+    nbrs: :func:`_neighbours` of ``known``.
+    q, sigma: (N,) sampling rates and noise multipliers.
     orders: sorted tuple of the m orders.
 
   Returns:
@@ -131,17 +161,8 @@ def _bounds(table, known, sigma, orders):
   grid = jnp.concatenate([jnp.ones((1,), dtype), a, jnp.full((1,), big, dtype)])
   f = jnp.where(known, table * (a - 1.0), 0.0)
   fp = jnp.concatenate([jnp.zeros((n, 1), dtype), f, jnp.zeros((n, 1), dtype)], axis=1)
-  kp = jnp.concatenate([jnp.ones((n, 1), bool), known, jnp.zeros((n, 1), bool)], axis=1)
   sentinel = m + 1
-  idx = jnp.arange(m + 2)
-  # l1: last evaluated order strictly left; r1: first strictly right.
-  left_incl = jax.lax.associative_scan(jnp.maximum, jnp.where(kp, idx, -1), axis=1)
-  l1 = jnp.concatenate([jnp.full((n, 1), -1), left_incl[:, :-1]], axis=1)
-  right_incl = jax.lax.associative_scan(jnp.minimum, jnp.where(kp, idx, sentinel), axis=1,
-                                        reverse=True)
-  r1 = jnp.concatenate([right_incl[:, 1:], jnp.full((n, 1), sentinel)], axis=1)
-  l2 = jnp.where(l1 >= 0, jnp.take_along_axis(l1, jnp.maximum(l1, 0), axis=1), -1)
-  r2 = jnp.where(r1 < sentinel, jnp.take_along_axis(r1, r1, axis=1), sentinel)
+  l1, l2, r1, r2 = nbrs
   take = lambda i: jnp.take_along_axis(fp, jnp.clip(i, 0, sentinel), axis=1)
   at = lambda i: grid[jnp.clip(i, 0, sentinel)]
   f_l1, f_l2, f_r1, f_r2 = take(l1), take(l2), take(r1), take(r2)
@@ -158,6 +179,12 @@ def _bounds(table, known, sigma, orders):
   rdp_hi = hi / beta
   rdp_hi = jnp.where(has_r1, jnp.minimum(rdp_hi, f_r1 / safe(a_r1 - 1.0)), rdp_hi)
   rdp_lo, rdp_hi = rdp_lo[:, 1:m + 1], rdp_hi[:, 1:m + 1]
+  # Every order: D_α ≥ D_1 = KL ≥ 2·TV² (Pinsker), TV = q·(2Φ(1/(2σ)) - 1) the
+  # total variation between the mixture and N(0, σ²). Needed near α = 1, where
+  # the bounds above reach 0 and the conversion's KL branch would then accept
+  # every order as a candidate.
+  tv = q * jax.scipy.special.erf(1.0 / (2.0 * math.sqrt(2.0) * sigma))
+  rdp_lo = jnp.maximum(rdp_lo, (2.0 * tv * tv)[:, None])
   slack = jnp.where(sigma >= 0.3, _SLACK, _SLACK_SMALL_SIGMA)[:, None]
   rdp_lo = jnp.where(known, table, jnp.maximum(rdp_lo, 0.0) * (1.0 - slack))
   rdp_hi = jnp.where(known, table, rdp_hi)
@@ -165,17 +192,20 @@ def _bounds(table, known, sigma, orders):
 
 
 @functools.partial(jax.jit, static_argnames=("orders", "kind", "method"))
-def _candidates(table, known, sigma, steps, x, *, orders, kind, method):
+def _candidates(table, known, nbrs, q, sigma, steps, x, *, orders, kind, method):
   """Orders that may still be the minimiser, and the most promising of them.
 
   Args:
-    table, known, sigma, orders: as in :func:`_bounds`.
+    table, known, nbrs, q, sigma, orders: as in :func:`_bounds`.
     steps, x: (N,) step counts and δ (kind "epsilon") or ε (kind "delta").
 
   Returns:
-    ``(candidates, probe)``: (N, m) mask and (N,) order index (-1: none).
+    ``(candidates, score, beyond)``: (N, m) masks of the candidates and of
+    those beyond the largest evaluated order, and the candidates' lower
+    bounds on the objective (+inf elsewhere), for :func:`_probes`.
   """
-  rdp_lo, rdp_hi = _bounds(table, known, sigma, orders)
+  rdp_lo, rdp_hi = _bounds(table, known, nbrs, q, sigma, orders)
+  m = len(orders)
   a = jnp.asarray(orders, table.dtype)
   t = steps[:, None]
   obj_lo = _objective(t * rdp_lo, a, x, kind, method)
@@ -186,9 +216,26 @@ def _candidates(table, known, sigma, steps, x, *, orders, kind, method):
   if kind == "epsilon":  # ε is floored at 0: once an evaluated order reaches 0, done.
     best_known = jnp.min(jnp.where(known, obj_hi, jnp.inf), axis=1, keepdims=True)
     cand = cand & (best_known > 0)
-  probe = jnp.argmin(jnp.where(cand, obj_lo, jnp.inf), axis=1)
-  probe = jnp.where(jnp.any(cand, axis=1), probe, -1)
-  return cand, probe
+  score = jnp.where(cand, obj_lo, jnp.inf)
+  beyond = cand & jnp.isinf(rdp_hi)
+  return cand, score, beyond
+
+
+def _probes(cand, score, beyond):
+  """One order per configuration with candidates (NumPy; -1: none).
+
+  The candidate with the smallest lower bound, except beyond the largest
+  evaluated order, where there are no upper bounds and the extrapolated lower
+  bounds favour the farthest order: there, the middle candidate of that range.
+  """
+  probe = np.argmin(score, axis=1)
+  rows = np.nonzero(beyond.any(axis=1))[0]
+  if rows.size:
+    b = beyond[rows]
+    col = np.arange(b.shape[1])
+    mean = (b * col).sum(axis=1) / b.sum(axis=1)
+    probe[rows] = np.argmin(np.where(b, np.abs(col - mean[:, None]), np.inf), axis=1)
+  return np.where(cand.any(axis=1), probe, -1)
 
 
 @functools.partial(jax.jit, static_argnames=("orders", "kind", "method"))
@@ -272,10 +319,11 @@ def search(kind, pl: _Plan, method, nodes, q, sigma, steps, x):
   base_orders = tuple(float(o) for o in pl.orders[pl.base])
   table[:, pl.base] = np.asarray(_base_kernel(base_orders, nodes)(q[:, None], sigma[:, None]))
   known[:, pl.base] = True
-  args = tuple(jnp.asarray(v) for v in (sigma, steps, x))
+  args = tuple(jnp.asarray(v) for v in (q, sigma, steps, x))
   for rnd in range(_PROBE_ROUNDS + 1):
-    cand, probe = _candidates(jnp.asarray(table), jnp.asarray(known), *args,
-                              orders=key, kind=kind, method=method)
+    nbrs = tuple(jnp.asarray(v) for v in _neighbours(known))
+    cand, score, beyond = _candidates(jnp.asarray(table), jnp.asarray(known), nbrs, *args,
+                                      orders=key, kind=kind, method=method)
     cand = np.asarray(cand)
     per_row = cand.sum(axis=1)
     active = np.count_nonzero(per_row)
@@ -283,7 +331,7 @@ def search(kind, pl: _Plan, method, nodes, q, sigma, steps, x):
       break
     # Probe (one order per configuration) while candidates are many.
     if rnd < _PROBE_ROUNDS and per_row.sum() > _PROBE_WHEN * active:
-      probe = np.asarray(probe)
+      probe = _probes(cand, np.asarray(score), np.asarray(beyond))
       rows = np.nonzero(probe >= 0)[0]
       cols = probe[rows]
     else:
@@ -292,4 +340,4 @@ def search(kind, pl: _Plan, method, nodes, q, sigma, steps, x):
     known[rows, cols] = True
     if rows.size == per_row.sum():
       break
-  return np.asarray(_finish(jnp.asarray(table), *args[1:], orders=key, kind=kind, method=method))
+  return np.asarray(_finish(jnp.asarray(table), *args[2:], orders=key, kind=kind, method=method))

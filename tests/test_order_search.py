@@ -75,7 +75,8 @@ def test_bounds_contain_every_order(seed):
     known = rng.random(table.shape) < 0.2
     known[:, (orders == 2) | (orders == 3)] = True
     lo, hi = jax.jit(_order_search._bounds, static_argnames="orders")(
-        jnp.asarray(np.where(known, table, np.inf)), jnp.asarray(known), jnp.asarray(sigma),
+        jnp.asarray(np.where(known, table, np.inf)), jnp.asarray(known),
+        tuple(jnp.asarray(v) for v in _order_search._neighbours(known)), jnp.asarray(q), jnp.asarray(sigma),
         orders=tuple(orders))
   lo, hi = np.asarray(lo), np.asarray(hi)
   assert np.all(lo <= table * (1 + 1e-12))
