@@ -80,6 +80,11 @@ def epsilon(q, sigma, steps, delta, *, accountant: str = "rdp", orders=None,
   100×100 grid of (q, σ) in one call) and returns float64 NumPy values that
   upper-bound the true ε.
 
+  With RDP the result is the minimum over ``orders`` of the converted ε(α)
+  (:func:`jaxdp.rdp.dpsgd_epsilon`). For large order sets only the orders
+  that can still attain the minimum are evaluated (convexity bounds, see
+  ``jaxdp._order_search``); the value is the same.
+
   Args:
     q: sampling rate(s) in [0, 1].
     sigma: noise multiplier(s) > 0.

@@ -265,13 +265,14 @@ def _exact_pairs(q, sigma, index, *, orders):
 
 
 def _padded_calls(fn, arrays, fills):
-  """fn over the arrays in batches of the sizes in _PAIR_SIZES (padded)."""
+  """fn over the arrays in batches of _PAIR_SIZES[1], then of _PAIR_SIZES[0]
+  (the last one padded), so only two shapes are ever compiled."""
   n = arrays[0].size
   out = []
   start = 0
   small, large = _PAIR_SIZES
   while start < n:
-    size = small if n - start <= small else large
+    size = large if n - start >= large else small
     part = [a[start:start + size] for a in arrays]
     m = part[0].size
     if m < size:
