@@ -261,3 +261,142 @@ def test_slow_dp_sgd_configs():
     assert lo[i] <= est <= up[i], (cfg, lo[i], est, up[i])
   # The headline DP-SGD number.
   assert up[0] == pytest.approx(2.382, abs=2e-3)
+
+
+# --------------------------------------------------------------------------
+# packed one-step layout, scans, window edges (references: plain loops and a
+# brute-force convolution)
+# --------------------------------------------------------------------------
+
+
+def _layout(lengths, nb_pad=None):
+  import jax.numpy as jnp
+  rob, j0, start, n_rows = pld._pack(np.array(lengths), nb_pad)
+  return pld._Rows(*(jnp.asarray(a) for a in (rob, j0, start, n_rows))), start
+
+
+# Rows shorter than a block, exactly one block, spanning several blocks.
+LENGTHS = [3, pld._BLK, 2 * pld._BLK + 7, 1, pld._BLK - 1, 5 * pld._BLK + 300]
+
+
+def test_packed_segmented_sums_match_loops():
+  import jax
+  with jax.enable_x64(True):
+    lay, start = _layout(LENGTHS)
+    rng = np.random.default_rng(1)
+    # Magnitudes over 200 decades: a global cumsum minus row offsets would
+    # lose the small ones; the per-row sums must keep relative precision.
+    x = 10.0 ** rng.uniform(-200, 0, lay.j.shape)
+    ok = rng.uniform(size=lay.j.shape) > 1e-3
+    cs, rcs, good = (np.asarray(v) for v in (lay.cumsum(x), lay.rcumsum(x), lay.all(ok)))
+  flat = x.reshape(-1)
+  okf = ok.reshape(-1)
+  for r, n in enumerate(LENGTHS):
+    seg = flat[start[r]:start[r] + n]
+    pad = flat[start[r] + n:start[r] + -(-n // pld._BLK) * pld._BLK]  # filler of the row
+    ref_c = np.cumsum(seg)
+    ref_r = np.cumsum(seg[::-1])[::-1] + pad.sum()
+    np.testing.assert_allclose(cs.reshape(-1)[start[r]:start[r] + n], ref_c, rtol=1e-13)
+    np.testing.assert_allclose(rcs.reshape(-1)[start[r]:start[r] + n], ref_r, rtol=1e-13)
+    blk = okf[start[r]:start[r] + -(-n // pld._BLK) * pld._BLK]
+    assert good[r] == blk.all()
+
+
+@pytest.mark.parametrize("filler", [np.inf, 0.0])
+def test_packed_minplus_scans_match_loops(filler):
+  import jax
+  with jax.enable_x64(True):
+    lay, start = _layout(LENGTHS)
+    rng = np.random.default_rng(2)
+    shape = lay.j.shape
+    valid = np.asarray(lay.j < lay.row(lay.n))
+    cap = np.where(valid, rng.uniform(0.0, 1.0, shape) * 10.0 ** rng.uniform(-30, 0, shape), filler)
+    cap[rng.uniform(size=shape) < 0.01] = np.inf
+    w = np.where(valid, rng.uniform(0.0, 1e-3, shape), 0.0)
+    fwd, bwd = (np.asarray(v).reshape(-1) for v in lay.scan_pair(cap, w, cap, w))
+  capf, wf = cap.reshape(-1), w.reshape(-1)
+  for r, n in enumerate(LENGTHS):
+    s0 = start[r]
+    end = s0 + -(-n // pld._BLK) * pld._BLK  # the row owns its filler
+    y, ref = np.inf, []
+    for k in range(s0, end):
+      y = min(capf[k], y + wf[k])
+      ref.append(y)
+    np.testing.assert_allclose(fwd[s0:end], ref, rtol=1e-13)
+    y, ref = np.inf, []
+    for k in range(end - 1, s0 - 1, -1):
+      y = min(capf[k], y + wf[k])
+      ref.append(y)
+    np.testing.assert_allclose(bwd[s0:end], ref[::-1], rtol=1e-13)
+
+
+def test_chunks_pack_every_row_once():
+  rng = np.random.default_rng(3)
+  n = np.concatenate([rng.integers(1, 40 * pld._BLK, 60), [300 * pld._BLK]])
+  parts = pld._chunks(n)
+  seen = np.concatenate([np.asarray(p) for p, _ in parts])
+  assert sorted(seen) == list(range(len(n)))
+  for part, size in parts:
+    need = int(np.sum(-(-n[np.asarray(part)] // pld._BLK)))
+    assert need + 1 <= size  # room for the dummy row's filler block
+    rob, j0, start, n_rows = pld._pack(n[np.asarray(part)], size)
+    assert len(rob) == size and np.all(np.bincount(rob)[:len(part)] * pld._BLK >= n[part])
+
+
+def test_fft_sizes():
+  for m in list(range(1, 5000, 37)) + list(np.random.default_rng(4).integers(4096, 2 ** 21, 200)):
+    s = pld._fft_size(m)
+    odd = s
+    while odd % 2 == 0:
+      odd //= 2
+    assert s >= m and odd in (1, 3, 5, 7, 9)
+    assert s <= max(1.25 * m, 4096)
+
+
+@pytest.mark.parametrize("q,sigma,steps,remove", [(0.2, 0.8, 12, True), (0.2, 0.8, 12, False),
+                                                  (0.05, 1.5, 40, True), (1.0, 3.0, 5, False)])
+def test_window_edges_hold_the_tails(q, sigma, steps, remove):
+  """The certified window edges against a brute-force T-fold convolution.
+
+  Mass of the pessimistic composition above its edge and of the optimistic
+  one below its edge must each be at most _TAIL (nonnegative sums, so the
+  direct convolution keeps relative precision in the tails).
+  """
+  import jax
+  h = 0.02
+  i_lo, i_hi = pld._grid_range(np.array([q]), np.array([sigma]), np.array([float(steps)]),
+                               np.array([h]), remove)
+  n = int(i_hi[0] - i_lo[0] + 1)
+  with jax.enable_x64(True):
+    rob, j0, start, n_rows = pld._pack(np.array([n]))
+    r_pad = len(start)
+    par = [np.full(r_pad, v) for v in (q, sigma, h)]
+    lo_arr = np.zeros(r_pad, np.int64)
+    lo_arr[0] = i_lo[0]
+    pp, _, po, a, b = (np.asarray(v) for v in pld._stage1(
+        *par, lo_arr, np.full(r_pad, float(steps)), rob, j0, start, n_rows, remove=remove))
+  pp, po = pp[:n], po[:n]
+  base = steps * int(i_lo[0])
+  hi_edge = int(b[0]) - pld._EDGE_PAD - base   # certified edges, in node sums
+  lo_edge = int(a[0]) + pld._EDGE_PAD - base
+  comp_p, comp_o = np.ones(1), np.ones(1)
+  for _ in range(steps):
+    comp_p = np.convolve(comp_p, pp)
+    comp_o = np.convolve(comp_o, po)
+  assert 0 <= lo_edge < hi_edge
+  assert comp_p[hi_edge + 1:].sum() <= pld._TAIL * (1 + 1e-9)
+  assert comp_o[:max(lo_edge, 0)].sum() <= pld._TAIL * (1 + 1e-9)
+  # ... and the window is not vacuous: it excludes part of the support.
+  assert hi_edge < len(comp_p) - 1 or lo_edge > 0
+
+
+def test_mixed_grid_sizes_in_one_call_agree_with_dp_accounting():
+  # Rows of very different one-step grids share the packed kernel calls.
+  cfgs = [(0.001, 1.0, 300, 1e-5), (0.05, 0.8, 100, 1e-5), (0.3, 2.0, 50, 1e-6),
+          (0.01, 1.5, 1000, 1e-5), (1.0, 4.0, 20, 1e-5)]
+  q, s, t, d = map(np.array, zip(*cfgs))
+  lo, up = pld.epsilon(q, s, t, d, return_bounds=True)
+  for i, cfg in enumerate(cfgs):
+    ref = _dp_accounting_epsilon(*cfg)
+    assert abs(up[i] / ref - 1) < 5e-3, (cfg, up[i], ref)
+    assert lo[i] <= up[i] and up[i] - lo[i] < 2e-3 * up[i]
