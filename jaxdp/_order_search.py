@@ -49,10 +49,11 @@ from jaxdp import rdp
 
 # Integer orders up to this are always evaluated (exact sums, ≤ 63 terms).
 _BASE_MAX = 64
-# At most this many rounds of one probe per configuration, each taken only
+# Rounds of one probe per configuration (more rounds evaluate fewer orders but
+# cost more than they save, measured), each taken only
 # while there are more than _PROBE_WHEN candidates per active configuration;
 # then every remaining candidate is evaluated.
-_PROBE_ROUNDS = 3
+_PROBE_ROUNDS = 1
 _PROBE_WHEN = 2.0
 # Upper ends of the size buckets of exactly summed orders evaluated in pairs
 # (each pair's sum is padded to its bucket's largest order).
@@ -75,7 +76,7 @@ class _Plan(NamedTuple):
 
 @functools.lru_cache(maxsize=32)
 def plan(orders_key: Optional[tuple]) -> Optional[_Plan]:
-  """Search plan for an order set, or None when evaluating all is as cheap.
+  """Search plan for an order set, or None to evaluate every order.
 
   Args:
     orders_key: tuple of orders (None: ``rdp.DEFAULT_ORDERS``).
@@ -87,8 +88,9 @@ def plan(orders_key: Optional[tuple]) -> Optional[_Plan]:
   exact = rdp._exact_orders(orders)
   base_mask = exact & (orders <= _BASE_MAX)
   rest = ~base_mask
-  # Worth it only with enough costly orders and at least two base points.
-  if base_mask.sum() < 2 or np.sum(rest & ~exact) + np.sum(rest & exact & (orders > 256)) < 8:
+  # Needs two base points (with α = 1, the first chord and secant) and
+  # something to skip.
+  if base_mask.sum() < 2 or not np.any(rest):
     return None
   bucket_of = np.full(orders.size, -1)
   buckets = []
@@ -115,7 +117,7 @@ def _neighbours(known):
   """Nearest evaluated orders around every order, in the α = 1 + orders + sentinel layout.
 
   Args:
-    known: (N, m) NumPy mask of evaluated orders.
+    known: (N, m) mask of evaluated orders.
 
   Returns:
     ``(l1, l2, r1, r2)``, int32 (N, m + 2): the last and second-last evaluated
@@ -123,29 +125,25 @@ def _neighbours(known):
     evaluated) and the first and second strictly right (m + 1: none).
   """
   n, m = known.shape
-  # Work on the transpose: NumPy accumulates fastest along the leading axis.
-  kp = np.concatenate([np.ones((1, n), bool), known.T, np.zeros((1, n), bool)], axis=0)
-  idx = np.arange(m + 2, dtype=np.int32)[:, None]
-  sentinel = np.int32(m + 1)
-  left = np.maximum.accumulate(np.where(kp, idx, np.int32(-1)), axis=0)
-  l1 = np.concatenate([np.full((1, n), -1, np.int32), left[:-1]], axis=0)
-  right = np.minimum.accumulate(np.where(kp, idx, sentinel)[::-1], axis=0)[::-1]
-  r1 = np.concatenate([right[1:], np.full((1, n), sentinel, np.int32)], axis=0)
-  cols = np.arange(n, dtype=np.int64)
-  flat = lambda a, i: np.take(a.ravel(), i.astype(np.int64) * n + cols)   # a[i[r, c], c]
-  l2 = np.where(l1 >= 0, flat(l1, np.maximum(l1, 0)), -1)
-  r2 = np.where(r1 < sentinel, flat(r1, np.minimum(r1, sentinel)), sentinel)
-  l1, l2, r1, r2 = (np.ascontiguousarray(v.T, dtype=np.int32) for v in (l1, l2, r1, r2))
+  kp = jnp.concatenate([jnp.ones((n, 1), bool), known, jnp.zeros((n, 1), bool)], axis=1)
+  idx = jnp.arange(m + 2, dtype=jnp.int32)
+  sentinel = jnp.int32(m + 1)
+  # int32 associative scans: several times faster on CPU than lax.cummax.
+  left = jax.lax.associative_scan(jnp.maximum, jnp.where(kp, idx, jnp.int32(-1)), axis=1)
+  l1 = jnp.concatenate([jnp.full((n, 1), -1, jnp.int32), left[:, :-1]], axis=1)
+  right = jax.lax.associative_scan(jnp.minimum, jnp.where(kp, idx, sentinel), axis=1, reverse=True)
+  r1 = jnp.concatenate([right[:, 1:], jnp.full((n, 1), sentinel, jnp.int32)], axis=1)
+  l2 = jnp.where(l1 >= 0, jnp.take_along_axis(l1, jnp.maximum(l1, 0), axis=1), -1)
+  r2 = jnp.where(r1 < sentinel, jnp.take_along_axis(r1, jnp.minimum(r1, sentinel), axis=1), sentinel)
   return l1, l2, r1, r2
 
 
-def _bounds(table, known, nbrs, q, sigma, orders):
+def _bounds(table, known, q, sigma, orders):
   """Certified per-step RDP interval [lo, hi] at every order (module docstring).
 
   Args:
     table: (N, m) per-step RDP, valid where ``known``.
     known: (N, m) mask of evaluated orders.
-    nbrs: :func:`_neighbours` of ``known``.
     q, sigma: (N,) sampling rates and noise multipliers.
     orders: sorted tuple of the m orders.
 
@@ -162,7 +160,7 @@ def _bounds(table, known, nbrs, q, sigma, orders):
   f = jnp.where(known, table * (a - 1.0), 0.0)
   fp = jnp.concatenate([jnp.zeros((n, 1), dtype), f, jnp.zeros((n, 1), dtype)], axis=1)
   sentinel = m + 1
-  l1, l2, r1, r2 = nbrs
+  l1, l2, r1, r2 = _neighbours(known)
   take = lambda i: jnp.take_along_axis(fp, jnp.clip(i, 0, sentinel), axis=1)
   at = lambda i: grid[jnp.clip(i, 0, sentinel)]
   f_l1, f_l2, f_r1, f_r2 = take(l1), take(l2), take(r1), take(r2)
@@ -192,11 +190,11 @@ def _bounds(table, known, nbrs, q, sigma, orders):
 
 
 @functools.partial(jax.jit, static_argnames=("orders", "kind", "method"))
-def _candidates(table, known, nbrs, q, sigma, steps, x, *, orders, kind, method):
+def _candidates(table, known, q, sigma, steps, x, *, orders, kind, method):
   """Orders that may still be the minimiser, and the most promising of them.
 
   Args:
-    table, known, nbrs, q, sigma, orders: as in :func:`_bounds`.
+    table, known, q, sigma, orders: as in :func:`_bounds`.
     steps, x: (N,) step counts and δ (kind "epsilon") or ε (kind "delta").
 
   Returns:
@@ -204,7 +202,7 @@ def _candidates(table, known, nbrs, q, sigma, steps, x, *, orders, kind, method)
     those beyond the largest evaluated order, and the candidates' lower
     bounds on the objective (+inf elsewhere), for :func:`_probes`.
   """
-  rdp_lo, rdp_hi = _bounds(table, known, nbrs, q, sigma, orders)
+  rdp_lo, rdp_hi = _bounds(table, known, q, sigma, orders)
   m = len(orders)
   a = jnp.asarray(orders, table.dtype)
   t = steps[:, None]
@@ -322,8 +320,7 @@ def search(kind, pl: _Plan, method, nodes, q, sigma, steps, x):
   known[:, pl.base] = True
   args = tuple(jnp.asarray(v) for v in (q, sigma, steps, x))
   for rnd in range(_PROBE_ROUNDS + 1):
-    nbrs = tuple(jnp.asarray(v) for v in _neighbours(known))
-    cand, score, beyond = _candidates(jnp.asarray(table), jnp.asarray(known), nbrs, *args,
+    cand, score, beyond = _candidates(jnp.asarray(table), jnp.asarray(known), *args,
                                       orders=key, kind=kind, method=method)
     cand = np.asarray(cand)
     per_row = cand.sum(axis=1)
