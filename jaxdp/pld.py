@@ -125,7 +125,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import erfc, ndtr
+from jax.scipy.special import erfc
 from scipy import special as _sps  # host-side scalars only (ndtri)
 
 from jaxdp import _numerics as num
@@ -170,31 +170,6 @@ def _x_of_loss(loss, q, sigma):
   dd = jnp.where(ok, d, 1.0)
   x = sigma ** 2 * (loss + num.log1mexp(dd) - jnp.log(q)) + 0.5
   return jnp.where(ok, x, -jnp.inf)
-
-
-def _gauss_mass(lo, hi, mu, sigma):
-  """N(mu, σ²) mass of [lo, hi], from the tail that keeps relative precision."""
-  a = (lo - mu) / sigma
-  b = (hi - mu) / sigma
-  upper = a > 0
-  return jnp.maximum(jnp.where(upper, ndtr(-a) - ndtr(-b), ndtr(b) - ndtr(a)), 0.0)
-
-
-def _pq_between(xlo, xhi, q, sigma):
-  """(N(0,σ²) mass, mixture mass) of the x-interval [xlo, xhi]."""
-  g0 = _gauss_mass(xlo, xhi, 0.0, sigma)
-  g1 = _gauss_mass(xlo, xhi, 1.0, sigma)
-  return g0, (1.0 - q) * g0 + q * g1
-
-
-def _bucket_masses(e_lo, e_hi, q, sigma, remove):
-  """P- and Q-masses of the loss bucket (e_lo, e_hi] in the given direction."""
-  if remove:
-    g0, mix = _pq_between(_x_of_loss(e_lo, q, sigma), _x_of_loss(e_hi, q, sigma), q, sigma)
-    return mix, g0
-  # add direction: L' = -L(x) with P = N(0, σ²).
-  g0, mix = _pq_between(_x_of_loss(-e_hi, q, sigma), _x_of_loss(-e_lo, q, sigma), q, sigma)
-  return g0, mix
 
 
 def _grid_range(q, sigma, steps, h, remove):
