@@ -10,7 +10,9 @@ first; each host then sees the global device list). Results come back as
 float64 NumPy arrays with the broadcast shape. A tqdm progress bar is shown
 with ``progress=True``.
 
-* :func:`epsilon` / :func:`delta`: forward accounting (RDP kernels sharded;
+* :func:`epsilon` / :func:`delta`: forward accounting (RDP kernels sharded
+  over several devices; on the single default device, :func:`jaxdp.epsilon`'s
+  path, which evaluates only the orders that can attain the minimum;
   ``accountant="pld"`` runs :func:`jaxdp.pld.epsilon` chunk by chunk).
 * :func:`sigma` / :func:`steps` / :func:`sampling_rate`: the calibrations of
   :mod:`jaxdp.calibrate`, chunk by chunk, their solver kernels sharded.
@@ -111,6 +113,14 @@ def _forward(kind, q, sigma, steps, x, *, accountant, orders, method, devices, c
       for start in range(0, n, size):
         parts = [a[start:start + size] for a in flat]
         out[start:start + size] = np.asarray(fn(*parts, accountant="pld")).reshape(-1)
+        if bar is not None:
+          bar.update(parts[0].size)
+    elif ndev == 1 and devices is None:
+      # One device: jaxdp.epsilon's path, which evaluates only the orders
+      # that can attain the minimum (jaxdp._order_search); same values.
+      for start in range(0, n, size):
+        parts = [a[start:start + size] for a in flat]
+        out[start:start + parts[0].size] = _api._run_chunked(kind, *parts, orders, method)
         if bar is not None:
           bar.update(parts[0].size)
     else:

@@ -33,6 +33,18 @@ def test_epsilon_matches_api_across_chunks():
                              rtol=1e-13)
 
 
+def test_pruned_orders_equal_sharded_kernels():
+  """One device uses jaxdp.epsilon's pruned order search; explicit devices
+  the sharded kernels that evaluate every order: same values."""
+  import jax
+  orders = np.concatenate([1.0 + np.arange(1, 40) / 8.0, np.arange(6, 64), [128, 512]])
+  g = sweep.grid(q=np.geomspace(1e-4, 0.5, 6), sigma=np.linspace(0.5, 3, 7), steps=[10, 5000])
+  args = (g["q"], g["sigma"], g["steps"], 1e-6)
+  pruned = sweep.epsilon(*args, orders=orders, chunk_size=32)
+  every = sweep.epsilon(*args, orders=orders, chunk_size=32, devices=jax.devices()[:1])
+  np.testing.assert_allclose(pruned, every, rtol=1e-9)
+
+
 def test_calibrated_sweeps_chunked_and_progress(capsys):
   g = sweep.grid(target=[1.0, 4.0], q=[0.001, 0.01, 0.1])
   s = sweep.sigma(g["target"], 1e-5, g["q"], 1000, orders=ORDERS, chunk_size=4, progress=True)
