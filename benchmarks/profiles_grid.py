@@ -24,19 +24,25 @@ from jaxdp import profiles
 from _common import median_time, write_result  # noqa: E402  (benchmarks/ is on sys.path)
 
 
+def _time_jitted(fn, x, y, reps):
+  """(fn(x, y) as NumPy, first call incl. compile s, median warm s), float64."""
+  with jax.enable_x64(True):
+    fn = jax.jit(fn)
+    x, y = jax.device_put(x), jax.device_put(y)
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(fn(x, y))
+    compile_s = time.perf_counter() - t0
+    run_s = median_time(lambda: fn(x, y), reps)
+  return np.asarray(out), compile_s, run_s
+
+
 def bench_sampled_gaussian(n, samples, q, reps, rng):
   from dp_accounting.pld import privacy_loss_mechanism as plm
   eps = np.logspace(-2, 1, n)
   sig = np.linspace(0.5, 20.0, n)
   ee, ss = np.meshgrid(eps, sig, indexing="ij")
-  with jax.enable_x64(True):
-    fn = jax.jit(lambda e, s: profiles.sampled_gaussian(e, q, s))
-    e_dev, s_dev = jax.device_put(ee), jax.device_put(ss)
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(fn(e_dev, s_dev))
-    compile_s = time.perf_counter() - t0
-    run_s = median_time(lambda: fn(e_dev, s_dev), reps)
-    out = np.asarray(out)
+  out, compile_s, run_s = _time_jitted(lambda e, s: profiles.sampled_gaussian(e, q, s), ee, ss,
+                                       reps)
   idx = rng.choice(ee.size, size=samples, replace=False)
   t0 = time.perf_counter()
   ref = []
@@ -66,14 +72,7 @@ def bench_analytic_gaussian(m, samples, reps, rng):
   eps = np.logspace(-2, 1, side)
   dels = np.logspace(-10, -3, side)
   ee, dd = np.meshgrid(eps, dels, indexing="ij")
-  with jax.enable_x64(True):
-    fn = jax.jit(profiles.analytic_gaussian_sigma)
-    e_dev, d_dev = jax.device_put(ee), jax.device_put(dd)
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(fn(e_dev, d_dev))
-    compile_s = time.perf_counter() - t0
-    run_s = median_time(lambda: fn(e_dev, d_dev), reps)
-    out = np.asarray(out)
+  out, compile_s, run_s = _time_jitted(profiles.analytic_gaussian_sigma, ee, dd, reps)
   idx = rng.choice(ee.size, size=samples, replace=False)
   t0 = time.perf_counter()
   ref = np.array([gm.get_sigma_gaussian(ee.flat[i], dd.flat[i]) for i in idx])

@@ -236,17 +236,12 @@ def _probes(cand, score, beyond):
 
 
 @functools.partial(jax.jit, static_argnames=("orders", "kind", "method"))
-def _finish(table, steps, x, *, orders, kind, method):
+def _minimum(table, steps, x, *, orders, kind, method):
   """min over evaluated orders (unevaluated entries are +inf)."""
   total = steps[:, None] * table
   if kind == "epsilon":
     return rdp.to_epsilon(total, jnp.asarray(orders, table.dtype), x, method)[0]
   return rdp.to_delta(total, jnp.asarray(orders, table.dtype), x)
-
-
-@functools.lru_cache(maxsize=16)
-def _base_kernel(values: tuple, nodes: int):
-  return rdp._static_kernel((len(values),), values, nodes)
 
 
 @functools.partial(jax.jit, static_argnames=("orders",))
@@ -315,7 +310,8 @@ def search(kind, pl: _Plan, method, nodes, q, sigma, steps, x):
   table = np.full((n, m), np.inf)
   known = np.zeros((n, m), bool)
   base_orders = tuple(float(o) for o in pl.orders[pl.base])
-  table[:, pl.base] = np.asarray(_base_kernel(base_orders, nodes)(q[:, None], sigma[:, None]))
+  base_kernel = rdp._static_kernel((len(base_orders),), base_orders, nodes)   # cached
+  table[:, pl.base] = np.asarray(base_kernel(q[:, None], sigma[:, None]))
   known[:, pl.base] = True
   args = tuple(jnp.asarray(v) for v in (q, sigma, steps, x))
   for rnd in range(_PROBE_ROUNDS + 1):
@@ -337,4 +333,4 @@ def search(kind, pl: _Plan, method, nodes, q, sigma, steps, x):
     known[rows, cols] = True
     if rows.size == per_row.sum():
       break
-  return np.asarray(_finish(jnp.asarray(table), *args[2:], orders=key, kind=kind, method=method))
+  return np.asarray(_minimum(jnp.asarray(table), *args[2:], orders=key, kind=kind, method=method))

@@ -551,6 +551,14 @@ def _pld_boundary(kind, target, delta, a, b, rtol):
   return np.where(has_hi, _from_x(kind, hi), np.nan), unreachable
 
 
+def _boundary(kind, accountant, target, delta, a, b, orders_checked, orders, rtol):
+  """σ or q at the ε boundary by the chosen accountant, in float64 (scoped)."""
+  with nx.x64():
+    if accountant == "rdp":
+      return _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol)
+    return _pld_boundary(kind, target, delta, a, b, rtol)
+
+
 def _warn_unreachable(what, unreachable, target, delta, a, b, names):
   count = int(unreachable.sum())
   if count:
@@ -604,12 +612,8 @@ def sigma(target_epsilon, delta, q, steps, *, accountant: str = "rdp", rtol: flo
   live = (qq > 0) & (tt > 0)
   idx = np.nonzero(live)[0]
   if idx.size:
-    with nx.x64():
-      if accountant == "rdp":
-        val, unr = _rdp_boundary("sigma", t[idx], d[idx], qq[idx], tt[idx], orders_checked,
-                                 orders_full, rtol)
-      else:
-        val, unr = _pld_boundary("sigma", t[idx], d[idx], qq[idx], tt[idx], rtol)
+    val, unr = _boundary("sigma", accountant, t[idx], d[idx], qq[idx], tt[idx], orders_checked,
+                         orders_full, rtol)
     val = np.where(unr, np.inf, val)
     out[idx] = val
     _warn_unreachable(f"ε at σ = {SIGMA_RANGE[1]:g} still exceeds it; returning inf", unr,
@@ -646,12 +650,8 @@ def sampling_rate(target_epsilon, delta, sigma, steps, *, accountant: str = "rdp
   out = np.ones(t.shape)
   idx = np.nonzero(tt > 0)[0]
   if idx.size:
-    with nx.x64():
-      if accountant == "rdp":
-        val, unr = _rdp_boundary("q", t[idx], d[idx], ss[idx], tt[idx], orders_checked,
-                                 orders_full, rtol)
-      else:
-        val, unr = _pld_boundary("q", t[idx], d[idx], ss[idx], tt[idx], rtol)
+    val, unr = _boundary("q", accountant, t[idx], d[idx], ss[idx], tt[idx], orders_checked,
+                         orders_full, rtol)
     out[idx] = np.where(unr, 0.0, val)
     _warn_unreachable(f"q = {MIN_SAMPLING_RATE:g} already overspends; returning 0", unr,
                       t[idx], d[idx], ss[idx], tt[idx], ("sigma", "steps"))

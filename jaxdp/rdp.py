@@ -649,13 +649,18 @@ def sampled_gaussian_bound(q, sigma, alpha):
 # --------------------------------------------------------------------------
 
 
-def _epsilon_per_order(rdp, orders, delta, method):
-  """ε(α) of :func:`to_epsilon` before the minimum (non-decreasing in ``rdp``)."""
+def _conversion_inputs(rdp, orders, target):
+  """``rdp``, ``orders`` and the per-configuration target (δ or ε, given an
+  orders axis) in the RDP values' float dtype."""
   rdp = jnp.asarray(rdp)
   dtype = _float_dtype(rdp)
-  rdp = rdp.astype(dtype)
-  orders = jnp.asarray(orders, dtype)
-  delta = jnp.asarray(delta, dtype)[..., None]
+  return (rdp.astype(dtype), jnp.asarray(orders, dtype), jnp.asarray(target, dtype)[..., None],
+          dtype)
+
+
+def _epsilon_per_order(rdp, orders, delta, method):
+  """ε(α) of :func:`to_epsilon` before the minimum (non-decreasing in ``rdp``)."""
+  rdp, orders, delta, dtype = _conversion_inputs(rdp, orders, delta)
   am1 = orders - 1.0
   log_delta = jnp.log(delta)
   if method == "classic":
@@ -671,11 +676,7 @@ def _epsilon_per_order(rdp, orders, delta, method):
 
 def _log_delta_per_order(rdp, orders, epsilon):
   """log δ(α) of :func:`to_delta` before the minimum (non-decreasing in ``rdp``)."""
-  rdp = jnp.asarray(rdp)
-  dtype = _float_dtype(rdp)
-  rdp = rdp.astype(dtype)
-  orders = jnp.asarray(orders, dtype)
-  epsilon = jnp.asarray(epsilon, dtype)[..., None]
+  rdp, orders, epsilon, dtype = _conversion_inputs(rdp, orders, epsilon)
   log_kl = 0.5 * nx.log1mexp(jnp.maximum(rdp, 0.0))
   log_rdp = (orders - 1.0) * (rdp - epsilon + nx.log1p(-1.0 / orders)) - jnp.log(orders)
   log_d = jnp.minimum(log_kl, log_rdp)

@@ -108,19 +108,18 @@ def _forward(kind, q, sigma, steps, x, *, accountant, orders, method, devices, c
   size = (chunk_size or PER_DEVICE_CHUNK * ndev)
   size = -(-size // ndev) * ndev
   with nx.x64():
-    if accountant == "pld":
-      fn = _api.epsilon if kind == "epsilon" else _api.delta
+    if accountant == "pld" or (ndev == 1 and devices is None):
+      # PLD, or RDP on one device: jaxdp.epsilon's path chunk by chunk (for
+      # RDP it evaluates only the orders that can attain the minimum,
+      # jaxdp._order_search; same values as the sharded kernels).
+      if accountant == "pld":
+        fn = _api.epsilon if kind == "epsilon" else _api.delta
+        run = lambda parts: np.asarray(fn(*parts, accountant="pld")).reshape(-1)
+      else:
+        run = lambda parts: _api._run_chunked(kind, *parts, orders, method)
       for start in range(0, n, size):
         parts = [a[start:start + size] for a in flat]
-        out[start:start + size] = np.asarray(fn(*parts, accountant="pld")).reshape(-1)
-        if bar is not None:
-          bar.update(parts[0].size)
-    elif ndev == 1 and devices is None:
-      # One device: jaxdp.epsilon's path, which evaluates only the orders
-      # that can attain the minimum (jaxdp._order_search); same values.
-      for start in range(0, n, size):
-        parts = [a[start:start + size] for a in flat]
-        out[start:start + parts[0].size] = _api._run_chunked(kind, *parts, orders, method)
+        out[start:start + parts[0].size] = run(parts)
         if bar is not None:
           bar.update(parts[0].size)
     else:
