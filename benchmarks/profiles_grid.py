@@ -36,6 +36,16 @@ def _time_jitted(fn, x, y, reps):
   return np.asarray(out), compile_s, run_s
 
 
+def _row(task, points, compile_s, run_s, per_call, samples, rel, rel_points):
+  """One result row: jaxdp's whole-grid time against dp_accounting's per-call time."""
+  return {
+      "task": task, "points": int(points), "jaxdp_compile_s": compile_s, "jaxdp_run_s": run_s,
+      "dp_accounting_per_call_s": per_call, "dp_accounting_sampled_calls": samples,
+      "dp_accounting_extrapolated_s": per_call * points,
+      "speedup": per_call * points / run_s, "max_rel_diff": rel, "rel_diff_points": rel_points,
+  }
+
+
 def bench_sampled_gaussian(n, samples, q, reps, rng):
   from dp_accounting.pld import privacy_loss_mechanism as plm
   eps = np.logspace(-2, 1, n)
@@ -56,14 +66,8 @@ def bench_sampled_gaussian(n, samples, q, reps, rng):
   ours = out.flat[idx]
   mask = ref > 1e-10  # dp_accounting works in linear space: ~1e-16 absolute
   rel = float(np.max(np.abs(ours[mask] / ref[mask] - 1))) if mask.any() else float("nan")
-  return {
-      "task": f"sampled_gaussian delta, {n}x{n} (eps, sigma) grid, q={q}",
-      "points": int(ee.size), "jaxdp_compile_s": compile_s, "jaxdp_run_s": run_s,
-      "dp_accounting_per_call_s": per_call, "dp_accounting_sampled_calls": samples,
-      "dp_accounting_extrapolated_s": per_call * ee.size,
-      "speedup": per_call * ee.size / run_s, "max_rel_diff": rel,
-      "rel_diff_points": int(mask.sum()),
-  }
+  return _row(f"sampled_gaussian delta, {n}x{n} (eps, sigma) grid, q={q}", ee.size, compile_s,
+              run_s, per_call, samples, rel, int(mask.sum()))
 
 
 def bench_analytic_gaussian(m, samples, reps, rng):
@@ -78,14 +82,8 @@ def bench_analytic_gaussian(m, samples, reps, rng):
   ref = np.array([gm.get_sigma_gaussian(ee.flat[i], dd.flat[i]) for i in idx])
   per_call = (time.perf_counter() - t0) / samples
   rel = float(np.max(np.abs(out.flat[idx] / ref - 1)))
-  return {
-      "task": f"analytic Gaussian sigma, {ee.size} (eps, delta) targets",
-      "points": int(ee.size), "jaxdp_compile_s": compile_s, "jaxdp_run_s": run_s,
-      "dp_accounting_per_call_s": per_call, "dp_accounting_sampled_calls": samples,
-      "dp_accounting_extrapolated_s": per_call * ee.size,
-      "speedup": per_call * ee.size / run_s, "max_rel_diff": rel,
-      "rel_diff_points": samples,
-  }
+  return _row(f"analytic Gaussian sigma, {ee.size} (eps, delta) targets", ee.size, compile_s,
+              run_s, per_call, samples, rel, samples)
 
 
 def main():

@@ -352,6 +352,16 @@ def _parse_row(raw):
   return unknown, v
 
 
+# The unknown → (jaxdp.sweep function, its positional arguments in order).
+_SOLVERS = {
+    "epsilon": ("epsilon", ("q", "sigma", "steps", "delta")),
+    "delta": ("delta", ("q", "sigma", "steps", "epsilon")),
+    "sigma": ("sigma", ("epsilon", "delta", "q", "steps")),
+    "steps": ("steps", ("epsilon", "delta", "q", "sigma")),
+    "q": ("sampling_rate", ("epsilon", "delta", "sigma", "steps")),
+}
+
+
 def _solve_group(unknown, vals, acc, progress):
   from jaxdp import sweep
   col = lambda k: np.array([r[k] for r in vals], np.float64)
@@ -359,20 +369,9 @@ def _solve_group(unknown, vals, acc, progress):
   orders = acc.get("orders")
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
-    if unknown == "epsilon":
-      return sweep.epsilon(col("q"), col("sigma"), col("steps"), col("delta"),
-                           accountant=accountant, orders=orders, progress=progress)
-    if unknown == "delta":
-      return sweep.delta(col("q"), col("sigma"), col("steps"), col("epsilon"),
-                         accountant=accountant, orders=orders, progress=progress)
-    if unknown == "sigma":
-      return sweep.sigma(col("epsilon"), col("delta"), col("q"), col("steps"),
-                         accountant=accountant, orders=orders, progress=progress)
-    if unknown == "steps":
-      return sweep.steps(col("epsilon"), col("delta"), col("q"), col("sigma"),
-                         accountant=accountant, orders=orders, progress=progress)
-    return sweep.sampling_rate(col("epsilon"), col("delta"), col("sigma"), col("steps"),
-                               accountant=accountant, orders=orders, progress=progress)
+    fn, args = _SOLVERS[unknown]
+    return getattr(sweep, fn)(*(col(k) for k in args), accountant=accountant, orders=orders,
+                              progress=progress)
 
 
 def _write_rows(path, columns, rows):
