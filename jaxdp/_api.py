@@ -92,7 +92,9 @@ def epsilon(q, sigma, steps, delta, *, accountant: str = "rdp", orders=None,
     delta: target δ in (0, 1).
     accountant: "rdp" (Mironov–Talwar–Zhang RDP, then the improved
       conversion) or "pld" (tight, privacy-loss distributions; see
-      :mod:`jaxdp.pld`).
+      :mod:`jaxdp.pld`).  The PLD answer passes the runtime guards of
+      :mod:`jaxdp._guards` (ε_T >= exact one-step ε, ordered interval) and
+      is the smaller of the PLD and RDP upper bounds.
     orders: RDP orders (default :data:`jaxdp.rdp.DEFAULT_ORDERS`); RDP only.
     method: RDP→(ε,δ) conversion, "improved" or "classic"; RDP only.
 
@@ -107,17 +109,13 @@ def epsilon(q, sigma, steps, delta, *, accountant: str = "rdp", orders=None,
   nx.check_same_shape(q=q, sigma=sigma, steps=steps, delta=delta)
   if accountant == "pld":
     from jaxdp import pld
+    # The tight value, guarded (jaxdp._guards), and never above the RDP
+    # bound: both are upper bounds, so the smaller one is returned.  This
+    # also covers δ below the PLD's tail truncation, where it returns inf.
     eps = np.asarray(pld.epsilon(q, sigma, steps, delta), dtype=np.float64)
-    # PLD cannot certify δ below its tail truncation (~1e-15) and returns inf
-    # there; RDP still gives a finite upper bound, so use it for those entries.
-    if np.any(np.isinf(eps)):
-      shape = eps.shape
-      args = [np.broadcast_to(np.asarray(a, np.float64), shape) for a in (q, sigma, steps, delta)]
-      bad = np.isinf(eps)
-      with nx.x64():
-        eps = eps.copy()
-        eps[bad] = _run_chunked("epsilon", *(a[bad] for a in args), None, "improved")
-    return nx.to_host(eps)
+    with nx.x64():
+      rdp_eps = _run_chunked("epsilon", q, sigma, steps, delta, None, "improved")
+    return nx.to_host(np.minimum(eps, rdp_eps))
   if accountant != "rdp":
     raise ValueError(f"accountant must be 'rdp' or 'pld'; found {accountant!r}.")
   if method not in ("improved", "classic"):
@@ -138,7 +136,10 @@ def delta(q, sigma, steps, epsilon, *, accountant: str = "rdp", orders=None):
   nx.check_same_shape(q=q, sigma=sigma, steps=steps, epsilon=epsilon)
   if accountant == "pld":
     from jaxdp import pld
-    return pld.delta(q, sigma, steps, epsilon)
+    tight = np.asarray(pld.delta(q, sigma, steps, epsilon), dtype=np.float64)
+    with nx.x64():
+      rdp_delta = _run_chunked("delta", q, sigma, steps, epsilon, None, "improved")
+    return nx.to_host(np.minimum(tight, rdp_delta))
   if accountant != "rdp":
     raise ValueError(f"accountant must be 'rdp' or 'pld'; found {accountant!r}.")
   orders = _validate_orders(orders)

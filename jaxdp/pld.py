@@ -128,6 +128,7 @@ import numpy as np
 from jax.scipy.special import erfc
 from scipy import special as _sps  # host-side scalars only (ndtri)
 
+from jaxdp import _guards
 from jaxdp import _numerics as num
 from jaxdp import accountant as _accountant
 from jaxdp import events as _events
@@ -142,6 +143,14 @@ __all__ = [
 
 _TAIL = 1e-17          # truncated mass allowance (per tail, per composition)
 _MAX_WINDOW = 2 ** 21  # largest composed grid
+_MAX_STEP_GRID = 2 ** 22  # largest one-step grid
+# Coarsest automatic grid interval where memory allows.  Above ~3e-3 the
+# optimistic slack problem of small-σ configurations becomes infeasible and
+# the row falls back to first-order rounding down, which T-fold composition
+# turns into certified intervals 2-10% wide (q=0.05, σ=0.4, T=1000 at
+# h=8.5e-3: [111.1, 113.7]; at h=2.5e-3: [113.73, 113.74]).
+_MAX_AUTO_H = 2.5e-3
+_MAX_FFT = 2 ** 22     # largest FFT length (the window rounded up to f·2^k)
 _MAX_ELEMS = 2 ** 23   # elements per kernel call (batch x grid), to bound memory
 _SQRT_HALF = math.sqrt(0.5)
 _BLK = 512             # points per block of the packed one-step layout (_Rows)
@@ -374,7 +383,8 @@ def _single_step(q, sigma, h, i_lo, lay, *, remove):
   qb = jnp.where(inside, qb, 0.0)
   em1 = jnp.expm1(h_)
   # β_j: share of bucket j moved up to ε_{j+1}.
-  beta = (pb - jnp.exp(eps) * qb) * jnp.exp(h_) / em1
+  # e^ε·Q(B) in log space: ε passes 709 (exp overflows) once σ < ~0.026.
+  beta = (pb - jnp.exp(eps + jnp.log(qb))) * jnp.exp(h_) / em1
   beta = jnp.clip(beta, 0.0, pb)
   alpha = pb - beta
 
@@ -464,7 +474,9 @@ def _optimistic(pb, qb, p_low, q_low, p_high, q_high, eps, h, lay):
   lo = jnp.maximum(lo, 0.0)
   hi = jnp.minimum(hi, 1.0)
   # (Exactly tight at a grid end below the support, hence the tolerance.)
-  feasible = lay.all(jnp.where(inside, lo <= hi + 1e-9, True))
+  # NaN compares False, so overflow of u = e^ε (losses > 709) is infeasible
+  # too and takes the round-down fallback.
+  feasible = lay.all(jnp.where(inside, lo <= hi + 1e-9, True) & jnp.isfinite(jnp.where(valid, u, 0.0)))
   # Prefer burdens the neighbouring segments can absorb in one step, which
   # makes (C2) hold without propagation: (1 - θ_j) a_j <= b_{j+1} and
   # θ_j b_j <= a_{j-1} (burden moves towards the larger masses in the tails).
@@ -496,6 +508,11 @@ def _optimistic(pb, qb, p_low, q_low, p_high, q_high, eps, h, lay):
   p = jnp.where(j == 0, p + u * row(q_low), p)
   p = jnp.where(top, p + u * row(q_high), p)
   p = jnp.where(valid, jnp.maximum(p, 0.0), 0.0)
+  # A valid pair is a probability distribution: a row whose construction lost
+  # mass (observed when the lowest node sits exactly on the infimum of the
+  # loss, e.g. the grid aligned with -log(1-q)) is treated as infeasible.
+  total = lay.first(lay.rcumsum(p))
+  feasible = feasible & (jnp.abs(total - 1.0) <= 1e-9)
   return p, feasible
 
 
@@ -598,37 +615,70 @@ def _delta_on_window(w, start, h, inf_mass, eps):
   return jax.vmap(one)(eps)
 
 
+def _discounted_tail(w, c):
+  """S_k = Σ_{m>k} w_m c^{m-k} for every k (0 < c <= 1), by a reverse scan.
+
+  The recurrence S_k = c (w_{k+1} + S_{k+1}) is an affine map of S_{k+1};
+  affine maps compose associatively, so it runs as one associative scan.
+  Every coefficient is a power of c <= 1: no overflow for any window length
+  or grid interval (an earlier version referred all losses to one middle
+  point and overflowed ``exp`` on windows spanning more than ~700 loss
+  units, which under-reported ε by orders of magnitude at small σ).
+  """
+  b = c * jnp.concatenate([w[1:], jnp.zeros((1,), w.dtype)])
+  a = jnp.broadcast_to(c, w.shape).astype(w.dtype)
+
+  def combine(later, cur):
+    a1, b1 = later
+    a2, b2 = cur
+    return a2 * a1, b2 + a2 * b1
+
+  _, s = jax.lax.associative_scan(combine, (a, b), reverse=True)
+  return s
+
+
+def _grid_deltas(w, h):
+  """(D, S) on the window nodes: D_k = Σ_{m>k} w_m (1 - e^{-(m-k)h}) (δ at
+  node k without the infinity atom) and S_k = Σ_{m>k} w_m e^{-(m-k)h}.
+
+  D_k - D_{k+1} = (1 - e^{-h})(w_{k+1} + S_{k+1}) = (e^h - 1) S_k, so D is a
+  reverse cumulative sum of non-negative terms when w >= 0 (no cancellation).
+  """
+  s = _discounted_tail(w, jnp.exp(-h))
+  d = jnp.expm1(h) * jnp.cumsum(s[::-1])[::-1]
+  return d, s
+
+
 def _epsilon_on_window(w, start, h, inf_mass, target, lower=False):
   """Smallest ε with δ(ε) <= target (exact on the piecewise-exponential δ).
 
-  A binary search over grid points uses δ(ε_k) from reverse cumulative sums;
-  the final segment is then solved exactly with direct sums.
+  δ at the nodes comes from :func:`_grid_deltas`; the largest node k with
+  δ(ε_k) > target is found by a reduction, and on (ε_k, ε_k + h]
+  δ(ε_k + x) = δ(ε_k) - (e^x - 1) S_k is solved in closed form,
+  x = log1p((δ(ε_k) - target) / S_k).  For the upper bound the node values
+  are inflated by a relative ``64 · size · eps_machine`` (summation
+  round-off) and the result nudged up; for the lower bound both go down.
   """
   size = w.shape[-1]
-  loss = (start + jnp.arange(size)) * h
-  ref = loss[size // 2]
-  # Tail sums over m > k:  S0_k = Σ w_m,  S1_k = Σ w_m e^{ref - ℓ_m}.
-  s0 = jnp.cumsum(w[::-1])[::-1]
-  s1 = jnp.cumsum((w * jnp.exp(jnp.clip(ref - loss, -700.0, 700.0)))[::-1])[::-1]
-  s0 = jnp.concatenate([s0[1:], jnp.zeros((1,), w.dtype)])
-  s1 = jnp.concatenate([s1[1:], jnp.zeros((1,), w.dtype)])
-  d_grid = s0 - jnp.exp(jnp.clip(loss - ref, -700.0, 700.0)) * s1 + inf_mass
-  # Largest k in [-1, size-1] with δ(ε_k) > target (δ is non-increasing); a
-  # small relative margin keeps the search on the safe side of round-off.
-  big = d_grid > target * (1.0 + 1e-9 if lower else 1.0 - 1e-9)
+  d, s = _grid_deltas(w, h)
+  fp = jnp.finfo(w.dtype).eps
+  infl = 64.0 * size * fp
+  d = d * (1.0 - infl if lower else 1.0 + infl) + inf_mass
+  big = d > target
   k = jnp.max(jnp.where(big, jnp.arange(size), -1))
-  # On (ε_k, ε_k + h]: δ(ε) = A - e^{ε - ε_k} C, with direct sums.
-  e0 = (start + k) * h
-  above = loss > e0
-  a_mass = jnp.sum(jnp.where(above, w, 0.0)) + inf_mass
-  c_mass = jnp.sum(jnp.where(above, w * jnp.exp(jnp.where(above, e0 - loss, 0.0)), 0.0))
-  ratio = (a_mass - target) / jnp.where(c_mass > 0, c_mass, 1.0)
-  x = jnp.log(jnp.where(ratio > 0, ratio, 1.0))
-  eps = e0 + jnp.clip(x, 0.0, h)
-  # Nudge (up for the upper bound, down for the lower one) so that rounding
-  # never lands on the wrong side.
-  nudge = 4.0 * jnp.finfo(eps.dtype).eps * jnp.maximum(jnp.abs(eps), 1.0)
+  kk = jnp.maximum(k, 0)
+  # k = -1: δ at the first node is already <= target.  The upper bound is
+  # then the first node (δ is non-increasing); the lower bound knows nothing
+  # better than -inf (clipped to 0 by the caller).
+  dk = d[kk]
+  sk = s[kk]
+  ratio = (dk - target) / jnp.where(sk > 0, sk, 1.0)
+  x = jnp.where(sk > 0, jnp.log1p(jnp.maximum(ratio, 0.0)), h)
+  eps = (start + kk) * h + jnp.clip(x, 0.0, h)
+  nudge = 4.0 * fp * jnp.maximum(jnp.abs(eps), 1.0)
   eps = eps - nudge if lower else eps + nudge
+  first = start * h
+  eps = jnp.where(k < 0, -jnp.inf if lower else first, eps)
   eps = jnp.where(inf_mass > target, jnp.inf, eps)
   return eps
 
@@ -664,8 +714,12 @@ def _one_step(q, sigma, h, i_lo, rob, j0, start, n, *, remove):
 @jax.jit
 def _edges(p_pess, p_opt, steps, h, i_lo, rob, j0, start, n):
   lay = _Rows(rob, j0, start, n)
-  hi = _chernoff_edges(p_pess, steps, h, lay, upper=True)
-  lo = _chernoff_edges(p_opt, steps, h, lay, upper=False)
+  # The certified edges (pessimistic top, optimistic bottom), widened to the
+  # other PMF's edges so that neither composition is cut short by the other.
+  hi = jnp.maximum(_chernoff_edges(p_pess, steps, h, lay, upper=True),
+                   _chernoff_edges(p_opt, steps, h, lay, upper=True))
+  lo = jnp.minimum(_chernoff_edges(p_opt, steps, h, lay, upper=False),
+                   _chernoff_edges(p_pess, steps, h, lay, upper=False))
   return steps * i_lo + jnp.floor(lo) - _EDGE_PAD, steps * i_lo + jnp.ceil(hi) + _EDGE_PAD
 
 
@@ -808,21 +862,28 @@ def grid_interval(q, sigma, steps, rtol=1e-3):
   q, sigma, steps = np.broadcast_arrays(*(np.asarray(a, np.float64) for a in (q, sigma, steps)))
   v = _loss_variance(q, sigma)
   t = np.maximum(steps, 1.0)
-  s = np.sqrt(t * v)
-  h = np.clip(np.sqrt(2.0 * rtol * v), 1e-6, 1e-2)
-  # Size caps: one-step span and composed window.
+  h = np.clip(np.sqrt(2.0 * rtol * v), 1e-6, _MAX_AUTO_H)
+  # Size caps: one-step span and composed window (memory floor on h).  The
+  # window's spread uses the loss variance bounded by q·span² (at small σ the
+  # χ² proxy v is astronomically larger than the spread of the loss); the
+  # real window comes from Chernoff edges and is capped at run time.
   i_lo, i_hi = _grid_range(q, sigma, t, 1.0, True)
   span = (i_hi - i_lo).astype(np.float64)
+  s = np.sqrt(t * np.minimum(v, np.maximum(q, 1e-300) * span ** 2))
   window = np.minimum(40.0 * s + 2.0 * span, t * span)
-  h = np.maximum(h, span / 2 ** 22)
-  h = np.maximum(h, window / _MAX_WINDOW)
+  h_min = np.maximum(span / _MAX_STEP_GRID, window / _MAX_WINDOW)
+  h = np.maximum(h, h_min)
   # Align the grid with the largest add-direction loss -log(1-q), where that
-  # direction's loss mass piles up (keeps the optimistic end tight).
+  # direction's loss mass piles up (keeps the optimistic end tight): h = top/k
+  # for a whole k, but never below the memory floor h_min (when top < h_min
+  # the grid is left unaligned; aligning it there once shrank h to -log(1-q)
+  # and asked for grids of 10^8 points).
   with np.errstate(divide="ignore"):
     top = -np.log1p(-q)
   ok = np.isfinite(top) & (top > 0)
-  k = np.ceil(np.where(ok, top, 1.0) / h)
-  return np.where(ok, np.where(ok, top, 1.0) / k, h)
+  top_ = np.where(ok, top, 1.0)
+  k = np.minimum(np.ceil(top_ / h), np.floor(top_ / h_min))
+  return np.where(ok & (k >= 1), top_ / np.maximum(k, 1.0), h)
 
 
 def _pow2(n, least=2 ** 12):
@@ -858,8 +919,13 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon):
       (U,) is read as one phase.
     h: (U,) grid interval.  queries: (U, K) ε's or target δ's.
   Returns:
-    (upper, lower) arrays of shape (U, K): for want_epsilon the ε bounds for
-    target δ's, otherwise the δ bounds for given ε's.
+    (upper, lower, grow): (U, K) arrays, for want_epsilon the ε bounds for
+    target δ's, otherwise the δ bounds for given ε's; and (U,) factors by
+    which h must grow for configurations whose one-step grid or composed
+    window would exceed the memory caps (``_MAX_STEP_GRID``, ``_MAX_FFT``).
+    Those are not composed (their bounds stay -inf) and no memory is
+    allocated for them: the window is known from the Chernoff edges before
+    the FFT buffer exists.
   """
   q, sigma, steps = (np.asarray(a, np.float64).reshape(len(h), -1) for a in (q, sigma, steps))
   u_count, n_ph = q.shape
@@ -869,18 +935,24 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon):
   hh_rows = np.repeat(h, n_ph)
   qf, sf, tf = q.ravel(), sigma.ravel(), steps.ravel()
   live = tf > 0
+  grow = np.ones(u_count)
   pending = []
   for remove in (True, False):
     i_lo, i_hi = _grid_range(qf, sf, tf, hh_rows, remove)
     i_lo = np.where(live, i_lo, 0)
     n = np.where(live, i_hi - i_lo + 1, 1)
+    # Rows whose one-step grid alone exceeds the cap: not built (their
+    # configuration is flagged to grow h).
+    row_grow = np.where(live, n / _MAX_STEP_GRID, 0.0).reshape(u_count, n_ph).max(1)
+    grow = np.maximum(grow, row_grow)
+    live_r = live & np.repeat(grow <= 1.0, n_ph)
     rows = len(qf)
     p_pess = [np.zeros(1)] * rows
     p_opt = [np.zeros(1)] * rows
     inf1 = np.zeros(rows)
     a = np.zeros(rows)
     b = np.zeros(rows)
-    idx = np.nonzero(live)[0]
+    idx = np.nonzero(live_r)[0]
     for part, nb_pad in _chunks(n[idx]):
       sel = idx[np.asarray(part)]
       rob, j0, start, n_rows = _pack(n[sel], nb_pad)
@@ -906,7 +978,10 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon):
     n_cfg = n.reshape(u_count, n_ph)
     lo_cfg = i_lo.reshape(u_count, n_ph)
     size = np.array([_fft_size(k) for k in (b_cfg - a_cfg + 1)])
-    for sz in np.unique(size):
+    ok_cfg = grow <= 1.0
+    grow = np.maximum(grow, np.where(ok_cfg, size / _MAX_FFT, 0.0))
+    size = np.where(grow <= 1.0, size, 0)
+    for sz in np.unique(size[size > 0]):
       idx = np.nonzero(size == sz)[0]
       chunk = max(1, _MAX_ELEMS // (int(sz) * n_ph))
       for c0 in range(0, len(idx), chunk):
@@ -929,6 +1004,39 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon):
     m = len(sel)
     upper[sel] = np.maximum(upper[sel], np.asarray(up)[:m])
     lower[sel] = np.maximum(lower[sel], np.asarray(lo)[:m])
+  over = grow > 1.0
+  upper[over] = np.nan
+  lower[over] = np.nan
+  return upper, lower, grow
+
+
+def _run_within_memory(q, sigma, steps, h, queries, *, want_epsilon, automatic):
+  """:func:`_run` with the memory caps enforced for every input.
+
+  Configurations whose grids would exceed the caps are recomputed with h
+  grown by the reported factor (automatic grids; the answer stays a
+  certified bound, only coarser), or rejected with a ``ValueError`` naming
+  ``value_discretization_interval`` when the caller fixed h.
+  """
+  h = np.asarray(h, np.float64).copy()
+  q, sigma, steps = (np.asarray(a, np.float64).reshape(len(h), -1) for a in (q, sigma, steps))
+  upper, lower, grow = _run(q, sigma, steps, h, queries, want_epsilon=want_epsilon)
+  for _ in range(8):
+    over = np.nonzero(grow > 1.0)[0]
+    if not len(over):
+      break
+    if not automatic:
+      k = over[0]
+      raise ValueError(
+          f"value_discretization_interval={h[k]!r} needs a loss grid {grow[k]:.3g} times "
+          f"larger than the memory cap for q={q[k].tolist()}, sigma={sigma[k].tolist()}, "
+          f"steps={steps[k].tolist()}; use at least {h[k] * grow[k] * 1.05:.6g} or None.")
+    h[over] *= grow[over] * 1.05
+    u, l, g = _run(q[over], sigma[over], steps[over], h[over], queries[over],
+                   want_epsilon=want_epsilon)
+    upper[over], lower[over] = u, l
+    grow = np.ones_like(grow)
+    grow[over] = g
   return upper, lower
 
 
@@ -970,12 +1078,13 @@ def _prepare(q, sigma, steps, value, value_name, value_kw, value_discretization_
   return shape, trivial, cfg, inverse, slot, table, h
 
 
-def _scatter_bounds(trivial, cfg, inverse, slot, table, h, want_epsilon):
+def _scatter_bounds(trivial, cfg, inverse, slot, table, h, want_epsilon, automatic):
   """(upper, lower) for every query: 0 where trivial, else from the composed PLDs."""
   up = np.zeros(trivial.shape)
   lo = np.zeros(trivial.shape)
   if len(cfg):
-    u, l = _run(cfg[:, 0], cfg[:, 1], cfg[:, 2], h, table, want_epsilon=want_epsilon)
+    u, l = _run_within_memory(cfg[:, 0], cfg[:, 1], cfg[:, 2], h, table,
+                              want_epsilon=want_epsilon, automatic=automatic)
     up[~trivial] = u[inverse, slot]
     lo[~trivial] = l[inverse, slot]
   return up, lo
@@ -1010,10 +1119,11 @@ def delta(q, sigma, steps, epsilon, *, value_discretization_interval=None, rtol=
   shape, trivial, cfg, inverse, slot, table, h = _prepare(
       q, sigma, steps, epsilon, "epsilon", dict(low=0.0, allow_inf=True),
       value_discretization_interval, rtol)
-  up, lo = _scatter_bounds(trivial, cfg, inverse, slot, table, h, want_epsilon=False)
+  up, lo = _scatter_bounds(trivial, cfg, inverse, slot, table, h, want_epsilon=False,
+                           automatic=value_discretization_interval is None)
   up = np.clip(up, 0.0, 1.0).reshape(shape)
-  # Both ends are bounds; no clipping of one to the other (tests check lo <= up).
   lo = np.clip(lo, 0.0, 1.0).reshape(shape)
+  lo, up = _guard("delta", lo, up, q, sigma, steps, epsilon, shape)
   return (lo, up) if return_bounds else up
 
 
@@ -1042,10 +1152,30 @@ def epsilon(q, sigma, steps, delta, *, value_discretization_interval=None, rtol=
   shape, trivial, cfg, inverse, slot, table, h = _prepare(
       q, sigma, steps, delta, "delta", dict(low=0.0, high=1.0, low_open=True),
       value_discretization_interval, rtol)
-  up, lo = _scatter_bounds(trivial, cfg, inverse, slot, table, h, want_epsilon=True)
+  up, lo = _scatter_bounds(trivial, cfg, inverse, slot, table, h, want_epsilon=True,
+                           automatic=value_discretization_interval is None)
   up = np.maximum(up, 0.0).reshape(shape)
   lo = np.maximum(lo, 0.0).reshape(shape)
+  lo, up = _guard("epsilon", lo, up, q, sigma, steps, delta, shape)
   return (lo, up) if return_bounds else up
+
+
+def _guard(name, lo, up, q, sigma, steps, value, shape):
+  """Runtime soundness guards (:mod:`jaxdp._guards`) on a tight answer."""
+  q, sigma, steps, value = (np.broadcast_to(np.asarray(a, np.float64), shape)
+                            for a in (q, sigma, steps, value))
+  composed = (np.round(steps) >= 1) & (q > 0)
+  if name == "epsilon":
+    one = _guards.one_step_epsilon(q, sigma, value)
+  else:
+    one = _guards.one_step_delta(q, sigma, value)
+
+  def safe(mask):
+    from jaxdp import _api  # pylint: disable=g-import-not-at-top
+    fn = _api.epsilon if name == "epsilon" else _api.delta
+    return fn(q[mask], sigma[mask], steps[mask], value[mask])
+
+  return _guards.check(name, lo, up, one, composed, safe)
 
 
 # --------------------------------------------------------------------------
@@ -1117,8 +1247,9 @@ def make_accountant(*, value_discretization_interval=None, rtol=1e-3):
       h = max(h, np.max(grid_interval(q[0], sigma[0], steps.sum(), rtol)) / 8.0)
     else:
       h = float(value_discretization_interval)
-    up, _ = _run(q, sigma, steps, np.array([h]), np.array([[float(value)]]),
-                 want_epsilon=want_epsilon)
+    up, _ = _run_within_memory(q, sigma, steps, np.array([h]), np.array([[float(value)]]),
+                               want_epsilon=want_epsilon,
+                               automatic=value_discretization_interval is None)
     return up[0, 0]
 
   @num.host_function
