@@ -11,6 +11,10 @@ import os
 import sys
 import tempfile
 
+# Soundness guards (jaxdp/_guards.py) raise instead of falling back in tests:
+# a violated guard is a bug that the suite must report.
+os.environ.setdefault("JAXDP_STRICT_GUARDS", "1")
+
 _CACHE = os.environ.setdefault(
     "JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), "jaxdp-test-jax-cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
