@@ -3,7 +3,7 @@
 Top level: :func:`epsilon` and :func:`delta` for DP-SGD (``steps`` compositions
 of the Poisson-sampled Gaussian mechanism). Submodules (imported lazily):
 ``rdp``, ``profiles``, ``pld``, ``cdp``, ``composition``, ``events``,
-``accountant``, ``calibrate``, ``optax``, ``sweep``, ``cli``.
+``accountant``, ``calibrate``, ``optax``, ``sweep``, ``sampling``, ``cli``.
 """
 
 import importlib as _importlib
@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = (
     "rdp", "profiles", "pld", "cdp", "composition", "events", "accountant",
-    "calibrate", "optax", "sweep", "cli",
+    "calibrate", "optax", "sweep", "sampling", "cli",
 )
 
 __all__ = ["epsilon", "delta", *_SUBMODULES]

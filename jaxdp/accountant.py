@@ -54,6 +54,7 @@ __all__ = [
     "rdp",
     "cdp",
     "pld",
+    "event_rdp",
 ]
 
 
@@ -146,7 +147,8 @@ def _sum_event_batch(per_event, count, event_shape_ndim, dtype):
 
 
 def _event_ndim(event) -> int:
-  return max(jnp.ndim(f) for f in event)
+  # Leaves only: a relation (static aux data) or an absent capacity is not one.
+  return max((jnp.ndim(f) for f in jax.tree_util.tree_leaves(event)), default=0)
 
 
 def _pure_dp_rdp(epsilon, alpha):
@@ -208,6 +210,88 @@ def _host_sampled_gaussian_kernel(orders_bytes: bytes):
       lambda q, sigma: _rdp.sampled_gaussian(q[..., None], sigma[..., None], orders))
 
 
+def event_rdp(event, orders, dtype=None):
+  """RDP curve ε(α) of one event at the given orders (last axis), broadcasting.
+
+  The one place that maps an event to its RDP kernel:
+
+  * ``SampledGaussian(q, σ)``: :func:`jaxdp.rdp.sampled_gaussian`
+    (Mironov–Talwar–Zhang 2019); ``Gaussian(σ)``: α/(2σ²);
+    ``Laplace(b)``: Mironov 2017 Prop 6; ``PureDP(ε)``: the randomized-response
+    bound.
+  * Sampler events (:mod:`jaxdp.sampling`; σ is always noise std / clip norm
+    C, the DP-SGD noise multiplier). The kernels of :mod:`jaxdp.rdp_samplers`
+    take σ over the query's sensitivity under the relation, so replace-one
+    (a clipped sum moves by up to 2C) passes σ/2:
+
+    - ``TruncatedPoissonGaussian``: plain Poisson when capacity >= N, else
+      :func:`jaxdp.rdp_samplers.truncated_poisson_gaussian`;
+    - ``SampledWithoutReplacementGaussian``: Wang–Balle–Kasiviswanathan 2019
+      (replace-one) or the Balle–Barthe–Gaboardi coupling (add/remove);
+    - ``BallsInBinsGaussian`` (one epoch): random allocation (Feldman &
+      Shenfeld 2025) when no bin is truncated; with a ``capacity`` below N an
+      overfull bin may drop one example for the new one (a 2C change of one
+      step), which this accounts as one unamplified Gaussian step with
+      sensitivity 2C per epoch (sound, not amplified);
+    - ``ShuffledGaussian`` (one epoch): no amplification, one Gaussian step
+      of sensitivity 2C per epoch (the added example displaces another one;
+      Chua et al. 2024 show amplification cannot be claimed).
+
+  Args:
+    event: a :mod:`jaxdp.events` event (fields may be traced).
+    orders: 1-D orders > 1.
+    dtype: result dtype (default: the default float dtype).
+
+  Returns:
+    RDP values of shape ``event_shape + (len(orders),)``.
+
+  Raises:
+    TypeError: for an event without an RDP curve.
+  """
+  from jaxdp import rdp as _rdp  # pylint: disable=g-import-not-at-top
+  from jaxdp import rdp_samplers as _rs  # pylint: disable=g-import-not-at-top
+  dtype = jnp.result_type(float) if dtype is None else dtype
+  alpha = jnp.asarray(orders, dtype)
+
+  def col(x):
+    return jnp.asarray(x, dtype)[..., None]
+
+  E = _events  # pylint: disable=invalid-name
+  if isinstance(event, E.SampledGaussian):
+    return jnp.asarray(_rdp.sampled_gaussian(col(event.q), col(event.sigma), orders), dtype)
+  if isinstance(event, E.Gaussian):
+    return jnp.asarray(_rdp.gaussian(col(event.sigma), orders), dtype)
+  if isinstance(event, E.Laplace):
+    return _laplace_rdp(col(event.b), alpha)
+  if isinstance(event, E.PureDP):
+    return _pure_dp_rdp(col(event.epsilon), alpha)
+  if isinstance(event, E.TruncatedPoissonGaussian):
+    n, q, cap, s = (col(x) for x in event)
+    plain = _rdp.sampled_gaussian(q, s, alpha)
+    if _numerics.is_concrete(event.capacity) and _numerics.is_concrete(event.dataset_size) and \
+        np.all(np.asarray(event.capacity) >= np.asarray(event.dataset_size)):
+      return jnp.asarray(plain, dtype)
+    trunc = _rs.truncated_poisson_gaussian(n, q, cap, s, alpha)
+    return jnp.asarray(jnp.where(cap >= n, plain, trunc), dtype)
+  if isinstance(event, E.SampledWithoutReplacementGaussian):
+    s = col(event.sigma)
+    s = s / 2.0 if event.relation == "replace_one" else s
+    return jnp.asarray(_rs.without_replacement_gaussian(
+        col(event.dataset_size), col(event.batch_size), s, alpha, relation=event.relation), dtype)
+  if isinstance(event, E.BallsInBinsGaussian):
+    s = col(event.sigma)
+    untruncated = _rs.balls_in_bins_gaussian_epoch(col(event.dataset_size), col(event.batch_size),
+                                                   s, alpha)
+    if event.capacity is None:
+      return jnp.asarray(untruncated, dtype)
+    unamplified = _rdp.gaussian(s / 2.0, alpha)
+    cap_ok = col(event.capacity) >= col(event.dataset_size)
+    return jnp.asarray(jnp.where(cap_ok, untruncated, unamplified), dtype)
+  if isinstance(event, E.ShuffledGaussian):
+    return jnp.asarray(_rdp.gaussian(col(event.sigma) / 2.0, alpha), dtype)
+  raise TypeError(f"The RDP accountant cannot compose {type(event).__name__}.")
+
+
 def rdp(orders=None) -> Accountant:
   """Rényi-DP accountant over a fixed grid of orders.
 
@@ -253,19 +337,7 @@ def rdp(orders=None) -> Accountant:
     return jnp.asarray(_round_to_dtype_up(val, dtype))
 
   def per_event_rdp(event, dtype):
-    if isinstance(event, _events.SampledGaussian):
-      q = jnp.asarray(event.q, dtype)[..., None]
-      sigma = jnp.asarray(event.sigma, dtype)[..., None]
-      return jnp.asarray(_rdp.sampled_gaussian(q, sigma, orders), dtype)
-    alpha = jnp.asarray(orders, dtype)
-    if isinstance(event, _events.Gaussian):
-      sigma = jnp.asarray(event.sigma, dtype)[..., None]
-      return jnp.asarray(_rdp.gaussian(sigma, orders), dtype)
-    if isinstance(event, _events.Laplace):
-      return _laplace_rdp(jnp.asarray(event.b, dtype)[..., None], alpha)
-    if isinstance(event, _events.PureDP):
-      return _pure_dp_rdp(jnp.asarray(event.epsilon, dtype)[..., None], alpha)
-    raise TypeError(f"The RDP accountant cannot compose {type(event).__name__}.")
+    return event_rdp(event, orders, dtype)
 
   def init() -> RdpState:
     dtype = jnp.result_type(float)

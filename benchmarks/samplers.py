@@ -1,0 +1,126 @@
+"""Benchmark: per-step cost of the batch samplers in ``jaxdp.sampling``.
+
+For a dataset of N = 10^6 examples and batch sizes B, the time to draw one
+step's ``(indices, mask)`` on the default device (jitted, warm, median over
+repetitions with a different key each time) for
+
+  poisson        ``poisson(N, B/N, capacity)``, capacity = B + 6·sqrt(B)
+  fixed          ``fixed(N, B)``
+  balls_in_bins  ``balls_in_bins(N, B, capacity)`` (O(N) per step)
+  shuffle        ``shuffle(N, B)`` (one permutation of N per step)
+
+next to the plain ``jax.random.permutation(key, N)`` (what a shuffling
+pipeline pays per epoch, or per step when it keeps no state) and
+``jax.random.choice(key, N, (B,), replace=False)`` (which permutes all N).
+Two figures per sampler: one call per step (dispatch included), and the
+per-step time of ``steps`` steps fused in one ``lax.scan`` (what a jitted
+training loop pays). Compile time (first call) is reported separately.
+
+The ε each sampler's event implies is a separate table (``epsilon_rows``).
+
+  python benchmarks/samplers.py [--quick]
+
+Writes benchmarks/results/samplers.json.
+"""
+
+import argparse
+import itertools
+import math
+import os
+import platform
+import time
+
+import jax
+import jax.numpy as jnp
+
+from jaxdp import sampling
+from _common import median_time, write_result  # noqa: E402  (benchmarks/ is on sys.path)
+
+N = 10 ** 6
+
+
+def capacity(b):
+  """B plus six standard deviations of a Poisson batch: truncation ~1e-9."""
+  return int(math.ceil(b + 6 * math.sqrt(b)))
+
+
+def samplers(b):
+  """name -> step function (key, t) -> (indices, mask) for batch size b."""
+  cap = capacity(b)
+  out = {
+      "poisson": sampling.poisson(N, b / N, cap).sample_at,
+      "fixed": sampling.fixed(N, b).sample_at,
+      "balls_in_bins": sampling.balls_in_bins(N, b, cap).sample_at,
+      "shuffle": sampling.shuffle(N, b).sample_at,
+  }
+  out["permutation"] = lambda key, t: (jax.random.permutation(jax.random.fold_in(key, t), N),)
+  out["choice"] = lambda key, t: (
+      jax.random.choice(jax.random.fold_in(key, t), N, (b,), replace=False),)
+  return out
+
+
+def time_one(step, reps, scan_steps):
+  """Compile time, ms per single call, ms per step fused in a scan."""
+  single = jax.jit(step)
+  keys = itertools.cycle(jax.random.split(jax.random.key(0), 64))
+  t0 = time.perf_counter()
+  jax.block_until_ready(single(next(keys), 0))
+  compile_s = time.perf_counter() - t0
+  counter = itertools.count(1)
+  call_ms = 1e3 * median_time(lambda: single(next(keys), next(counter)), reps)
+
+  @jax.jit
+  def fused(key):
+    def body(acc, t):  # reduce every output: nothing of the step can be skipped
+      return acc + sum(jnp.sum(x.astype(jnp.int32)) for x in step(key, t)), None
+    return jax.lax.scan(body, jnp.int32(0), jnp.arange(scan_steps))[0]
+
+  jax.block_until_ready(fused(next(keys)))
+  scan_ms = 1e3 * median_time(lambda: fused(next(keys)), max(3, reps // 4)) / scan_steps
+  return compile_s, call_ms, scan_ms
+
+
+def epsilon_rows(args):  # pylint: disable=unused-argument
+  """Placeholder: ε of each sampler's event at matched (σ, B, steps). Added by the lead."""
+  return []
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--quick", action="store_true")
+  args = parser.parse_args()
+  batch_sizes = [1024] if args.quick else [256, 1024, 4096]
+  reps = 7 if args.quick else 21
+  scan_steps = 8 if args.quick else 32
+  print(f"device: {jax.devices()[0]} ({jax.default_backend()}), N = {N}")
+
+  rows = []
+  for b in batch_sizes:
+    for name, step in samplers(b).items():
+      compile_s, call_ms, scan_ms = time_one(step, reps, scan_steps)
+      rows.append(dict(sampler=name, n=N, batch_size=b,
+                       capacity=capacity(b) if name in ("poisson", "balls_in_bins") else None,
+                       compile_s=compile_s, ms_per_call=call_ms, ms_per_step_scan=scan_ms))
+    base = next(r for r in rows if r["batch_size"] == b and r["sampler"] == "permutation")
+    for r in rows:
+      if r["batch_size"] == b:
+        r["speed_ratio_vs_permutation"] = base["ms_per_step_scan"] / r["ms_per_step_scan"]
+
+  print(f"\n{'sampler':>14} {'B':>5} {'cap':>5} {'compile s':>9} {'ms/call':>9} "
+        f"{'ms/step (scan)':>14} {'vs permutation':>14}")
+  for r in rows:
+    cap = r["capacity"] if r["capacity"] is not None else "-"
+    print(f"{r['sampler']:>14} {r['batch_size']:5d} {cap:>5} {r['compile_s']:9.2f} "
+          f"{r['ms_per_call']:9.3f} {r['ms_per_step_scan']:14.3f} "
+          f"{r['speed_ratio_vs_permutation']:13.1f}x")
+
+  result = dict(
+      benchmark="samplers", quick=args.quick, machine=platform.node(),
+      platform=platform.platform(), processor=platform.processor(), cpu_count=os.cpu_count(),
+      jax_version=jax.__version__, device=str(jax.devices()[0]), backend=jax.default_backend(),
+      n=N, reps=reps, scan_steps=scan_steps, rows=rows, epsilon=epsilon_rows(args))
+  print("\nwrote", write_result("samplers", result))
+
+
+if __name__ == "__main__":
+  main()
