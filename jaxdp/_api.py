@@ -86,7 +86,9 @@ def epsilon(q, sigma, steps, delta, *, accountant: str = "rdp", orders=None,
   ``jaxdp._order_search``); the value is the same.
 
   Args:
-    q: sampling rate(s) in [0, 1].
+    q: sampling rate(s) in [0, 1] (Poisson sampling), or a sampler from
+      :mod:`jaxdp.sampling` (then ``steps`` counts training steps and the
+      sampler's own event is accounted; see ``jaxdp._sampler_api``).
     sigma: noise multiplier(s) > 0.
     steps: number(s) of steps, whole numbers ≥ 0.
     delta: target δ in (0, 1).
@@ -104,6 +106,9 @@ def epsilon(q, sigma, steps, delta, *, accountant: str = "rdp", orders=None,
   Raises:
     ValueError: on an argument outside its domain (named, with its value).
   """
+  from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
+  if _sampler_api.is_sampler(q):
+    return _sampler_api.epsilon(q, sigma, steps, delta, accountant, orders)
   _validate_common(q, sigma, steps)
   nx.check_array("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
   nx.check_same_shape(q=q, sigma=sigma, steps=steps, delta=delta)
@@ -131,6 +136,9 @@ def delta(q, sigma, steps, epsilon, *, accountant: str = "rdp", orders=None):
   Returns:
     δ ∈ (0, 1] upper-bounding the true δ, float64 NumPy.
   """
+  from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
+  if _sampler_api.is_sampler(q):
+    return _sampler_api.delta(q, sigma, steps, epsilon, accountant, orders)
   _validate_common(q, sigma, steps)
   nx.check_array("epsilon", epsilon, low=0.0)
   nx.check_same_shape(q=q, sigma=sigma, steps=steps, epsilon=epsilon)

@@ -589,7 +589,8 @@ def sigma(target_epsilon, delta, q, steps, *, accountant: str = "rdp", rtol: flo
   Args:
     target_epsilon: ε budget(s) ≥ 0.
     delta: δ in (0, 1).
-    q: sampling rate(s) in [0, 1].
+    q: sampling rate(s) in [0, 1], or a :mod:`jaxdp.sampling` sampler (then
+      scalar arguments; σ by bisection on that sampler's ε).
     steps: number(s) of steps (whole numbers ≥ 0).
     accountant: "rdp" (default) or "pld" (tight; host-level bisection over
       batched :func:`jaxdp.pld.epsilon` calls; much slower).
@@ -602,6 +603,10 @@ def sigma(target_epsilon, delta, q, steps, *, accountant: str = "rdp", rtol: flo
   Raises:
     ValueError: naming the argument and value when an input is invalid.
   """
+  from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
+  if _sampler_api.is_sampler(q):  # batches from a jaxdp.sampling sampler
+    _validate_common(target_epsilon, delta, rtol, accountant)
+    return _sampler_api.calibrate_sigma(q, target_epsilon, delta, steps, accountant, rtol)
   _validate_common(target_epsilon, delta, rtol, accountant)
   nx.check_array("q", q, low=0.0, high=1.0)
   nx.check_array("steps", steps, low=0.0, integer=True)

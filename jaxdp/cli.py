@@ -75,6 +75,17 @@ def _add_mechanism(p, *, sigma=True, q_steps=True):
   if sigma:
     g.add_argument("--sigma", type=float, help="noise multiplier: Gaussian noise std divided "
                    "by the clipping norm")
+  if q_steps:
+    g.add_argument("--sampler", choices=_SAMPLER_CHOICES, default=None,
+                   help="how batches were drawn (default: Poisson at rate --q). "
+                   "truncated-poisson needs --dataset-size, --batch-size (expected) and "
+                   "--capacity; fixed, balls-in-bins and shuffle need --dataset-size and "
+                   "--batch-size (balls-in-bins also --capacity)")
+    g.add_argument("--capacity", type=float, default=None,
+                   help="static batch capacity B_MAX of truncated-poisson / balls-in-bins")
+    g.add_argument("--relation", choices=("add-remove", "replace-one"), default=None,
+                   help="neighbouring relation (fixed: default replace-one; shuffle: "
+                   "default add-remove; Poisson samplers: add-remove only)")
   p.add_argument("--accountant", choices=("rdp", "pld"), default="rdp",
                  help="rdp: Renyi DP (fast, default); pld: privacy-loss distributions "
                  "(tighter, slower)")
@@ -203,9 +214,47 @@ def _need(args, name, flag):
   return v
 
 
+_SAMPLER_CHOICES = ("poisson", "truncated-poisson", "fixed", "balls-in-bins", "shuffle")
+
+
+def _sampler(args):
+  """The jaxdp.sampling sampler named by --sampler, or None for plain --q."""
+  from jaxdp import sampling
+  name = getattr(args, "sampler", None)
+  relation = None if args.relation is None else args.relation.replace("-", "_")
+  if name in (None, "poisson"):
+    if relation not in (None, "add_remove"):
+      raise ValueError(f"--relation {args.relation} is not available for Poisson sampling.")
+    if args.capacity is not None:
+      raise ValueError("--capacity needs --sampler truncated-poisson or balls-in-bins.")
+    return None
+  n, b = args.dataset_size, args.batch_size
+  if n is None or b is None:
+    raise ValueError(f"--sampler {name} needs --dataset-size and --batch-size.")
+  n, b = int(n), int(b)
+  if name in ("truncated-poisson", "balls-in-bins"):
+    if args.capacity is None:
+      raise ValueError(f"--sampler {name} needs --capacity.")
+    if relation not in (None, "add_remove"):
+      raise ValueError(f"--relation {args.relation} is not available for --sampler {name}.")
+    cap = int(args.capacity)
+    if name == "truncated-poisson":
+      return sampling.poisson(n, b / n, cap)
+    return sampling.balls_in_bins(n, b, cap)
+  if args.capacity is not None:
+    raise ValueError(f"--capacity does not apply to --sampler {name}.")
+  kw = {} if relation is None else dict(relation=relation)
+  if name == "fixed":
+    return sampling.fixed(n, b, **kw)
+  return sampling.shuffle(n, b, **kw)
+
+
 def _cmd_forward(args) -> int:
   import jaxdp
+  smp = _sampler(args)
   q, steps = _resolve_q_steps(args)
+  if smp is not None:
+    q = smp
   sigma = _need(args, "sigma", "--sigma")
   if args.command == "epsilon":
     value = jaxdp.epsilon(q, sigma, steps, args.delta, **_acc(args))
@@ -219,8 +268,13 @@ def _cmd_calibrate(args) -> int:
   from jaxdp import calibrate
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
+    smp = _sampler(args)
+    if smp is not None and args.solve != "sigma":
+      raise ValueError(f"--sampler with --solve {args.solve} is not supported yet; "
+                       "use --solve sigma.")
     if args.solve == "sigma":
       q, steps = _resolve_q_steps(args)
+      q = q if smp is None else smp
       value = calibrate.sigma(args.target_epsilon, args.delta, q, steps, rtol=args.rtol,
                               **_acc(args))
       print(f"sigma = {_fmt(value)}")

@@ -68,13 +68,14 @@ def _global_norms(updates) -> jax.Array:
 def dp_aggregate(
     l2_clip: float,
     sigma: float,
-    sampling_rate: float,
-    seed: int,
+    sampling_rate: Optional[float] = None,
+    seed: int = 0,
     accountant: Optional[_accountant.Accountant] = None,
     budget: Optional[Tuple[float, float]] = None,
     expected_batch_size: Optional[float] = None,
     accounting: bool = True,
-) -> _optax.GradientTransformation:
+    sampler: Any = None,
+) -> _optax.GradientTransformationExtraArgs:
   """DP-SGD aggregation of per-example gradients with in-state accounting.
 
   Each update (Abadi et al. 2016, Alg. 1):
@@ -93,7 +94,9 @@ def dp_aggregate(
   Args:
     l2_clip: C > 0.
     sigma: noise multiplier σ > 0 (noise std is σC on the sum).
-    sampling_rate: Poisson sampling rate q in [0, 1] (B / dataset size).
+    sampling_rate: Poisson sampling rate q in [0, 1] (B / dataset size);
+      only when the batches really are Poisson samples.  Give ``sampler``
+      instead for the samplers of :mod:`jaxdp.sampling`.
     seed: integer seed of the noise PRNG key.
     accountant: a :class:`jaxdp.accountant.Accountant`; default
       ``jaxdp.accountant.rdp()``.
@@ -107,6 +110,16 @@ def dp_aggregate(
       noisy sum.
     accounting: False disables the accountant (state carries ``()``); for
       measuring its overhead.
+    sampler: a :mod:`jaxdp.sampling` sampler that draws the batches (give
+      exactly one of ``sampler`` and ``sampling_rate``). Its event
+      (``sampler.event(sigma)``) is composed at every update, or at the first
+      update of every epoch for the epoch-level events (balls-in-bins,
+      shuffle), so ε is never under-reported mid-epoch. The default
+      normaliser is then ``sampler.expected_batch_size``: a constant fixed
+      when the transform is built, never the size of the data it runs on (a
+      normaliser recomputed from the private dataset's size would differ
+      between neighbouring datasets). Pass the sampler's mask as
+      ``update(grads, state, mask=mask)``: padded entries contribute nothing.
 
   Returns:
     An ``optax.GradientTransformation``. ``update(per_example_grads, state,
@@ -117,7 +130,21 @@ def dp_aggregate(
     ValueError: for out-of-range C, σ, q, B or budget.
   """
   _numerics.check_array("l2_clip", l2_clip, low=0.0, low_open=True)
-  event = _events.SampledGaussian(sampling_rate, sigma)  # validates q, σ
+  if (sampler is None) == (sampling_rate is None):
+    raise ValueError("give exactly one of sampling_rate (Poisson batches) and sampler; "
+                     f"found sampling_rate={sampling_rate!r}, sampler={sampler!r}.")
+  epoch_len = 1
+  if sampler is None:
+    event = _events.SampledGaussian(sampling_rate, sigma)  # validates q, σ
+  else:
+    from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
+    if not _sampler_api.is_sampler(sampler):
+      raise ValueError(f"sampler must come from jaxdp.sampling; found {sampler!r}.")
+    event = sampler.event(sigma)
+    if isinstance(event, _sampler_api._EPOCH_EVENTS):  # pylint: disable=protected-access
+      epoch_len = int(sampler.steps_per_epoch)
+    if expected_batch_size is None:
+      expected_batch_size = float(sampler.expected_batch_size)
   if expected_batch_size is not None:
     _numerics.check_array("expected_batch_size", expected_batch_size, low=0.0,
                           low_open=True)
@@ -134,10 +161,16 @@ def dp_aggregate(
   l2_clip = float(l2_clip)
   noise_std = float(sigma) * l2_clip
 
-  def next_exhausted(acc_state):
+  def charge(steps_done):
+    # Epoch events are charged in full at the first update of each epoch.
+    if epoch_len == 1:
+      return 1
+    return (steps_done % epoch_len == 0).astype(jnp.int32)
+
+  def next_exhausted(acc_state, steps_done):
     if budget is None:
       return jnp.zeros((), bool)
-    ahead = accountant.compose(acc_state, event)
+    ahead = accountant.compose(acc_state, event, charge(steps_done))
     return accountant.epsilon(ahead, budget[1]) > budget[0]
 
   def init_fn(params):
@@ -147,16 +180,19 @@ def dp_aggregate(
         key=jax.random.PRNGKey(seed),
         accountant_state=acc_state,
         steps=jnp.zeros((), jnp.int32),
-        exhausted=next_exhausted(acc_state) if accounting else jnp.zeros((), bool))
+        exhausted=(next_exhausted(acc_state, jnp.zeros((), jnp.int32)) if accounting
+                   else jnp.zeros((), bool)))
 
-  def update_fn(updates, state, params=None):
-    del params
+  def update_fn(updates, state, params=None, *, mask=None, **extra_args):
+    del params, extra_args
     leaves, treedef = jax.tree_util.tree_flatten(updates)
     if not leaves:
       return updates, state
     batch = leaves[0].shape[0]
     norms = _global_norms(updates)
     scale = jnp.minimum(1.0, l2_clip / jnp.maximum(norms, jnp.finfo(norms.dtype).tiny))
+    if mask is not None:  # padding of a static-shape batch contributes nothing
+      scale = jnp.where(jnp.asarray(mask, bool), scale, 0.0)
     denom = float(batch) if expected_batch_size is None else float(expected_batch_size)
     key, noise_key = jax.random.split(state.key)
     keys = jax.random.split(noise_key, len(leaves))
@@ -167,15 +203,15 @@ def dp_aggregate(
       noise = noise_std * jax.random.normal(k, total.shape, total.dtype)
       out.append((total + noise) / denom)
     if accounting:
-      acc_state = accountant.compose(state.accountant_state, event)
-      exhausted = next_exhausted(acc_state)
+      acc_state = accountant.compose(state.accountant_state, event, charge(state.steps))
+      exhausted = next_exhausted(acc_state, state.steps + 1)
     else:
       acc_state, exhausted = (), state.exhausted
     new_state = DpAggregateState(key=key, accountant_state=acc_state,
                                  steps=state.steps + 1, exhausted=exhausted)
     return jax.tree_util.tree_unflatten(treedef, out), new_state
 
-  return _optax.GradientTransformation(init_fn, update_fn)
+  return _optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
 def find_state(opt_state) -> DpAggregateState:
