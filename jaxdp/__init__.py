@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = (
     "rdp", "profiles", "pld", "cdp", "composition", "events", "accountant",
-    "calibrate", "optax", "sweep", "sampling", "cli",
+    "calibrate", "optax", "sweep", "sampling", "rdp_samplers", "cli",
 )
 
 __all__ = ["epsilon", "delta", *_SUBMODULES]

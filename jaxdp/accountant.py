@@ -225,7 +225,8 @@ def event_rdp(event, orders, dtype=None):
     (a clipped sum moves by up to 2C) passes σ/2:
 
     - ``TruncatedPoissonGaussian``: plain Poisson when capacity >= N, else
-      :func:`jaxdp.rdp_samplers.truncated_poisson_gaussian`;
+      :func:`jaxdp.rdp_samplers.truncated_poisson_gaussian`, the larger of its
+      values at N and N + 1 (the neighbour's size; the bound is not monotone);
     - ``SampledWithoutReplacementGaussian``: Wang–Balle–Kasiviswanathan 2019
       (replace-one) or the Balle–Barthe–Gaboardi coupling (add/remove);
     - ``BallsInBinsGaussian`` (one epoch): random allocation (Feldman &
@@ -271,7 +272,10 @@ def event_rdp(event, orders, dtype=None):
     if _numerics.is_concrete(event.capacity) and _numerics.is_concrete(event.dataset_size) and \
         np.all(np.asarray(event.capacity) >= np.asarray(event.dataset_size)):
       return jnp.asarray(plain, dtype)
-    trunc = _rs.truncated_poisson_gaussian(n, q, cap, s, alpha)
+    # The bound is not monotone in N and an add/remove neighbour has N or N+1
+    # examples: take the larger of the two.
+    trunc = jnp.maximum(_rs.truncated_poisson_gaussian(n, q, cap, s, alpha),
+                        _rs.truncated_poisson_gaussian(n + 1, q, cap, s, alpha))
     return jnp.asarray(jnp.where(cap >= n, plain, trunc), dtype)
   if isinstance(event, E.SampledWithoutReplacementGaussian):
     s = col(event.sigma)
