@@ -107,6 +107,11 @@ def _pld_equivalent(sampler, sigma, steps):
     return float(ev.q), sigma, count
   if isinstance(ev, _events.ShuffledGaussian):
     return 1.0, sigma / 2.0, count
+  if isinstance(ev, _events.SampledWithoutReplacementGaussian) and ev.relation == "add_remove":
+    # Balle–Barthe–Gaboardi coupling (jaxdp.rdp_samplers): the pair is the
+    # Poisson-sampled Gaussian with rate B/N and sensitivity 2C, in both
+    # directions, i.e. rate B/N at noise multiplier σ/2.
+    return float(ev.batch_size) / float(ev.dataset_size), sigma / 2.0, count
   raise ValueError(
       f"accountant='pld' is not available for the {type(sampler).__name__} sampler "
       f"({type(ev).__name__}) yet; use accountant='rdp' (never a Poisson substitute).")
