@@ -3,12 +3,16 @@
 Top level: :func:`epsilon` and :func:`delta` for DP-SGD (``steps`` compositions
 of the Poisson-sampled Gaussian mechanism). Submodules (imported lazily):
 ``rdp``, ``profiles``, ``pld``, ``cdp``, ``composition``, ``events``,
-``accountant``, ``calibrate``, ``optax``, ``sweep``, ``sampling``, ``cli``.
+``accountant``, ``calibrate``, ``optax``, ``sweep``, ``sampling``,
+``rdp_samplers``, ``cli``. :func:`enable_compilation_cache` turns on JAX's
+persistent compilation cache (the ``jaxdp`` command does it by default).
 """
 
 import importlib as _importlib
 
 from jaxdp._api import delta, epsilon
+from jaxdp._cache import enable_compilation_cache
+from jaxdp._guards import GuardViolation, GuardWarning
 
 __version__ = "0.1.0"
 
@@ -17,7 +21,8 @@ _SUBMODULES = (
     "calibrate", "optax", "sweep", "sampling", "rdp_samplers", "cli",
 )
 
-__all__ = ["epsilon", "delta", *_SUBMODULES]
+__all__ = ["epsilon", "delta", "enable_compilation_cache", "GuardViolation", "GuardWarning",
+           *_SUBMODULES]
 
 
 def __getattr__(name):

@@ -495,8 +495,23 @@ def _cmd_sweep(args) -> int:
 # --------------------------------------------------------------------------
 
 
+def _enable_cache():
+  """Persistent compilation cache for the command (``JAXDP_CACHE_DIR``, or
+  ``off``); a process that already configured a JAX cache keeps its own."""
+  import os  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  from jaxdp import _cache  # pylint: disable=g-import-not-at-top
+  if os.environ.get(_cache.ENV) is None and jax.config.jax_compilation_cache_dir:
+    return
+  try:
+    _cache.enable_compilation_cache()
+  except OSError:  # an unwritable cache directory only costs speed
+    pass
+
+
 def main(argv: Optional[List[str]] = None) -> int:
   """Runs the ``jaxdp`` command line; returns the exit status."""
+  _enable_cache()
   parser = _build_parser()
   try:
     args = parser.parse_args(argv)
