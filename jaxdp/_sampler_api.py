@@ -152,3 +152,37 @@ def calibrate_sigma(sampler, target_epsilon, delta, steps, accountant="rdp", rto
     else:
       lo = mid
   return np.float64(math.exp(hi))
+
+
+def calibrate_steps(sampler, target_epsilon, delta, sigma, accountant="rdp",
+                    max_steps=2 ** 40):
+  """Largest number of training steps whose sampler ε is <= ``target_epsilon``.
+
+  ε is non-decreasing in the steps, so a galloping search followed by an
+  integer bisection on :func:`epsilon` finds the boundary exactly (the
+  answer is checked by the same function a user would use).  Scalars only.
+
+  Returns:
+    T as a NumPy float64 whole number; ``inf`` when even ``max_steps`` fits.
+  """
+  for name, v in (("target_epsilon", target_epsilon), ("delta", delta), ("sigma", sigma)):
+    if np.ndim(v) != 0:
+      raise ValueError(f"{name} must be a scalar with a sampler; found shape {np.shape(v)}.")
+  nx.check_array("target_epsilon", target_epsilon, low=0.0)
+  nx.check_array("sigma", sigma, low=0.0, low_open=True)
+  nx.check_array("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+
+  def fits(t):
+    return float(epsilon(sampler, sigma, t, delta, accountant)) <= target_epsilon
+
+  if not fits(1):
+    return np.float64(0.0)
+  lo, hi = 1, 2
+  while fits(hi):  # invariant: fits(lo), and hi > lo is the next candidate
+    if hi >= max_steps:
+      return np.float64(np.inf)
+    lo, hi = hi, hi * 2
+  while hi - lo > 1:
+    mid = (lo + hi) // 2
+    lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+  return np.float64(lo)

@@ -708,7 +708,8 @@ def steps(target_epsilon, delta, q, sigma, *, accountant: str = "rdp", orders=No
 
   Args:
     target_epsilon, delta: the budget (ε ≥ 0, δ in (0, 1)).
-    q: sampling rate(s) in [0, 1].
+    q: sampling rate(s) in [0, 1], or a :mod:`jaxdp.sampling` sampler (then
+      scalar arguments; steps of that sampler, epochs charged when started).
     sigma: noise multiplier(s) > 0.
     accountant: "rdp" or "pld".
     orders: RDP orders (default :data:`jaxdp.rdp.DEFAULT_ORDERS`).
@@ -716,6 +717,10 @@ def steps(target_epsilon, delta, q, sigma, *, accountant: str = "rdp", orders=No
   Returns:
     T as float64 NumPy whole numbers (or inf), the broadcast shape.
   """
+  from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
+  if _sampler_api.is_sampler(q):  # batches from a jaxdp.sampling sampler
+    _validate_common(target_epsilon, delta, 1e-6, accountant)
+    return _sampler_api.calibrate_steps(q, target_epsilon, delta, sigma, accountant)
   _validate_common(target_epsilon, delta, 1e-6, accountant)
   nx.check_array("q", q, low=0.0, high=1.0)
   nx.check_array("sigma", sigma, low=0.0, low_open=True)

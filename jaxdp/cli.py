@@ -4,6 +4,7 @@ Examples::
 
   jaxdp epsilon --q 0.004 --sigma 1.1 --steps 14062 --delta 1e-5
   jaxdp epsilon --batch-size 256 --dataset-size 60000 --epochs 60 --sigma 1.1 --delta 1e-5
+  jaxdp epsilon --q 0.004 --sigma 1.1 --steps 14062 --delta 1e-5 --tuning geometric:10
   jaxdp delta --q 0.004 --sigma 1.1 --steps 14062 --epsilon 3
   jaxdp calibrate --target-epsilon 3 --delta 1e-5 --q 0.004 --steps 14062
   jaxdp calibrate --solve steps --target-epsilon 3 --delta 1e-5 --q 0.004 --sigma 1.1
@@ -104,6 +105,26 @@ def _orders_arg(text):
     raise argparse.ArgumentTypeError(f"expected comma-separated numbers; found {text!r}") from None
 
 
+_TUNING_SHAPES = {"poisson": math.inf, "geometric": 1.0, "logarithmic": 0.0}
+
+
+def _tuning_arg(text):
+  """--tuning DIST → (mean, shape) (dp_accounting's RepeatAndSelectDpEvent)."""
+  name, sep, params = text.partition(":")
+  name = name.strip().lower()
+  try:
+    values = [float(x) for x in params.split(",")] if sep else []
+  except ValueError:
+    values = None
+  if name in _TUNING_SHAPES and values is not None and len(values) == 1:
+    return values[0], _TUNING_SHAPES[name]
+  if name == "negative-binomial" and values is not None and len(values) == 2:
+    return values[0], values[1]
+  raise argparse.ArgumentTypeError(
+      f"expected poisson:MEAN, geometric:MEAN, logarithmic:MEAN or "
+      f"negative-binomial:MEAN,SHAPE; found {text!r}")
+
+
 def _build_parser() -> argparse.ArgumentParser:
   parser = _Parser(
       prog=_PROG,
@@ -122,6 +143,13 @@ def _build_parser() -> argparse.ArgumentParser:
   _add_mechanism(p)
   p.add_argument("--delta", type=float, required=True, help="target delta, e.g. 1e-5 "
                  "(typically below 1/dataset size)")
+  p.add_argument("--tuning", type=_tuning_arg, default=None, metavar="DIST",
+                 help="also print the epsilon of hyperparameter tuning: a random number K of "
+                 "such runs, only the best released (Papernot-Steinke 2022). DIST is "
+                 "poisson:MEAN, geometric:MEAN, logarithmic:MEAN or "
+                 "negative-binomial:MEAN,SHAPE (MEAN = E[K] >= 1; dp_accounting's "
+                 "RepeatAndSelectDpEvent). Prints 'epsilon' (one run), then 'epsilon_tuned'. "
+                 "Poisson --q with --accountant rdp only")
 
   p = sub.add_parser("delta", help="delta of a DP-SGD run at a given epsilon",
                      description="Print the delta (an upper bound) of a DP-SGD run at the "
@@ -251,6 +279,13 @@ def _sampler(args):
 
 def _cmd_forward(args) -> int:
   import jaxdp
+  tuning = getattr(args, "tuning", None)
+  if tuning is not None:
+    if args.accountant != "rdp":
+      raise ValueError("--tuning needs --accountant rdp (the tuning theorems are RDP bounds).")
+    if args.sampler not in (None, "poisson"):
+      raise ValueError("--tuning is available for Poisson sampling at rate --q only, "
+                       "not with --sampler.")
   smp = _sampler(args)
   q, steps = _resolve_q_steps(args)
   if smp is not None:
@@ -258,6 +293,14 @@ def _cmd_forward(args) -> int:
   sigma = _need(args, "sigma", "--sigma")
   if args.command == "epsilon":
     value = jaxdp.epsilon(q, sigma, steps, args.delta, **_acc(args))
+    if tuning is not None:
+      from jaxdp import events, tuning as tuning_mod
+      tuned = tuning_mod.epsilon(events.SampledGaussian(q, sigma), steps, args.delta, *tuning,
+                                 orders=_acc(args).get("orders")).tuned
+      # Both are upper bounds; the tuned release is never less private than one run.
+      print(f"epsilon = {_fmt(value)}")
+      print(f"epsilon_tuned = {_fmt(max(float(tuned), float(value)))}")
+      return 0
   else:
     value = jaxdp.delta(q, sigma, steps, args.epsilon, **_acc(args))
   print(f"{args.command} = {_fmt(value)}")
@@ -269,9 +312,9 @@ def _cmd_calibrate(args) -> int:
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
     smp = _sampler(args)
-    if smp is not None and args.solve != "sigma":
-      raise ValueError(f"--sampler with --solve {args.solve} is not supported yet; "
-                       "use --solve sigma.")
+    if smp is not None and args.solve == "sampling-rate":
+      raise ValueError("--sampler with --solve sampling-rate is not supported (the sampler "
+                       "fixes the batch size); use --solve sigma or steps.")
     if args.solve == "sigma":
       q, steps = _resolve_q_steps(args)
       q = q if smp is None else smp
@@ -288,6 +331,7 @@ def _cmd_calibrate(args) -> int:
       if args.steps is not None or args.epochs is not None:
         raise ValueError("--solve steps: do not give --steps or --epochs.")
       q, _ = _resolve_q_steps(args, need_steps=False)
+      q = q if smp is None else smp
       value = calibrate.steps(args.target_epsilon, args.delta, q, sigma, **_acc(args))
       print(f"steps = {_fmt(value)}")
       if args.dataset_size is not None and args.batch_size is not None and math.isfinite(value):

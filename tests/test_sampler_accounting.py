@@ -151,3 +151,11 @@ def test_cli_sampler_bad_combinations_fail(extra, capsys):
     code = e.code
   assert code == 2
   assert "error" in capsys.readouterr().err
+
+
+def test_calibrate_steps_for_a_sampler_is_the_exact_boundary():
+  smp = sampling.shuffle(600, 60)  # epochs of 10 steps: the boundary is an epoch's end
+  t = int(calibrate.steps(6.0, DELTA, smp, SIGMA))
+  assert float(jaxdp.epsilon(smp, SIGMA, t, DELTA)) <= 6.0
+  assert float(jaxdp.epsilon(smp, SIGMA, t + 1, DELTA)) > 6.0
+  assert t % smp.steps_per_epoch == 0
