@@ -19,7 +19,7 @@ where p_T is the T-fold convolution of the one-step P-distribution of the loss.
 The answer is the maximum over the two directions.
 
 Discretisation (uniform loss grid ε_i = i·h)
--------------------------------------------
+--------------------------------------------
 *Pessimistic* (upper bound on δ).  Losses are moved UP onto the grid: the mass
 of each bucket B_i = (ε_i, ε_{i+1}] is split between its two end points so that
 both its P-mass and its Q-mass are preserved ("connect the dots", Doroshenko,

@@ -615,9 +615,11 @@ def gaussian(sigma, alpha):
 def sampled_gaussian_bound(q, sigma, alpha):
   """Closed-form upper bound ε(α) = 2q²α/σ² (Mironov–Talwar–Zhang, Thm 11).
 
-  Valid when q ≤ 1/5, σ ≥ 4, α > 1 and, with L = ln(1 + 1/(q(α-1))),
+  Valid when q ≤ 1/5, σ ≥ 4, α > 1 and, with L = ln(1 + 1/(q(α-1))), ::
+
       α ≤ σ²L/2 - 2 ln σ   and
       α ≤ (σ²L²/2 - ln 5 - 2 ln σ) / (L + ln(qα) + 1/(2σ²)).
+
   Returns +inf wherever these conditions fail (and 0 at q = 0).
 
   Args:
@@ -688,8 +690,10 @@ def to_epsilon(rdp, orders, delta, method: str = "improved") -> Tuple[jax.Array,
 
   ``"classic"`` (Mironov 2017, Prop. 3): ε = ε(α) + log(1/δ)/(α-1).
   ``"improved"`` (Balle et al. 2020, arXiv:2004.00010 Prop. 12; also
-  Canonne–Kamath–Steinke 2020 eq. 20):
+  Canonne–Kamath–Steinke 2020 eq. 20)::
+
       ε = ε(α) + log((α-1)/α) - (log δ + log α)/(α-1),
+
   both floored at 0; the improved one also returns 0 where the KL bound
   δ ≥ √(1 - e^{-ε(α)}) already holds (Pinsker-type bound, any α ≥ 1).
 
@@ -715,8 +719,11 @@ def to_epsilon(rdp, orders, delta, method: str = "improved") -> Tuple[jax.Array,
 def to_delta(rdp, orders, epsilon) -> jax.Array:
   """Smallest δ over orders (last axis) such that the mechanism is (ε, δ)-DP.
 
-  δ = min_α min( √(1 - e^{-ε(α)}),
-                 exp((α-1)(ε(α) - ε + log(1 - 1/α)) - log α) )
+  ::
+
+    δ = min_α min( √(1 - e^{-ε(α)}),
+                   exp((α-1)(ε(α) - ε + log(1 - 1/α)) - log α) )
+
   (Balle et al. 2020, arXiv:2004.00010 Prop. 12, with the KL/Pinsker bound),
   capped at 1.
 

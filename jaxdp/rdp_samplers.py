@@ -29,7 +29,7 @@ accountant):
   record whose gradient is 0; sensitivity C, ``sigma = std / C``.
 
 Samplers (N = ``dataset_size``, B = ``batch_size``)
---------------------------------------------------
+---------------------------------------------------
 without replacement (fixed batch of B out of N)
   replace-one: Wang, Balle & Kasiviswanathan (AISTATS 2019, arXiv:1808.00087)
   Thm 27, computed exactly as dp_accounting 0.6 does
@@ -572,7 +572,7 @@ def truncated_poisson_pair(dataset_size, q, capacity) -> TruncatedPoissonPair:
   probability q; if more than C = ``capacity`` are included, a uniformly
   random C-subset is kept; the clipped sum gets N(0, σ²C²) noise.
 
-  Derivation (x the differing example, D' = D ∪ {x}, N = |D'|; K ~ Bin(N-1, q)
+  Derivation (x the differing example, D' = D ∪ {x}, N = ``|D'|``; K ~ Bin(N-1, q)
   the number of the other examples sampled, independent of x):
 
   * K < C (probability 1 - t): no truncation can involve x; D' gives S ∪ {x}
