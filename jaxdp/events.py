@@ -25,11 +25,12 @@ dp_accounting's ``GaussianDpEvent.noise_multiplier``. Their integer sizes are
 array leaves like every other parameter; a neighbouring ``relation`` (a
 string) is static pytree auxiliary data, so these events pass through
 ``jit``/``vmap``/``scan`` unchanged. ``"replace_one"`` swaps one example for
-another (two batch sums then differ by up to 2C). For samplers over a fixed,
-public dataset size (fixed-size batches, shuffling) ``"add_remove"`` is read as
-zero-out: one example is replaced by one that contributes nothing
-(dp_accounting's ``REPLACE_SPECIAL``; Kairouz et al. 2021, Def. 1.1), since
-adding or removing an example literally would change every batch boundary.
+another (two batch sums then differ by up to 2C). For samplers over a fixed
+dataset size (fixed-size batches, shuffling) ``"add_remove"`` is accounted
+literally (the neighbour has N ± 1 examples): the added example displaces a
+batch member, a change of up to 2C. That reading is the conservative one: it
+also bounds zero-out (one example replaced by one that contributes nothing;
+dp_accounting's ``REPLACE_SPECIAL``, Kairouz et al. 2021, Def. 1.1).
 """
 
 from __future__ import annotations
@@ -335,9 +336,10 @@ class ShuffledGaussian(_Event, collections.namedtuple(
   epoch. ``relation`` is static (not a pytree leaf).
 
   Accounting: each example is in at most one batch of the epoch, so the epoch
-  costs at most one unamplified Gaussian mechanism: ``Gaussian(sigma)`` under
-  ``"add_remove"`` (zero-out) and ``Gaussian(sigma / 2)`` under
-  ``"replace_one"`` (a shift of up to 2C). Read literally (a neighbour of
+  costs at most one unamplified Gaussian mechanism: ``Gaussian(sigma)`` would
+  do for zero-out neighbours, and ``Gaussian(sigma / 2)`` under
+  ``"replace_one"`` (a shift of up to 2C). jaxdp accounts ``"add_remove"``
+  literally, also as ``Gaussian(sigma / 2)`` (below). Read literally (a neighbour of
   N ± 1 examples with its own permutation), moving the last example of the
   larger permutation into the extra example's slot couples the two so that
   one batch differs by a replacement — ``Gaussian(sigma / 2)`` — provided

@@ -221,7 +221,7 @@ class PoissonSampler:
   """Poisson sampling truncated to ``capacity``; build with :func:`poisson`.
 
   Attributes:
-    dataset_size: N.
+    dataset_size: N, the number of examples.
     q: inclusion probability of each example.
     capacity: static batch buffer length; at most this many examples per step.
     relation: ``"add_remove"``.
@@ -308,9 +308,9 @@ class FixedSampler:
   """Fixed-size batches without replacement; build with :func:`fixed`.
 
   Attributes:
-    dataset_size: N.
+    dataset_size: N, the number of examples.
     batch_size: B, the exact batch size.
-    relation: ``"replace_one"`` or ``"add_remove"`` (zero-out).
+    relation: ``"replace_one"`` or ``"add_remove"`` (accounted literally, sensitivity 2C).
   """
   dataset_size: int
   batch_size: int
@@ -360,7 +360,7 @@ class BallsInBinsSampler:
   """Balls-in-bins batches; build with :func:`balls_in_bins`.
 
   Attributes:
-    dataset_size: N.
+    dataset_size: N, the number of examples.
     batch_size: B, the nominal batch size; the expected one is N / k.
     capacity: static batch buffer length; at most this many examples per step.
     steps_per_epoch: k = N // B.
@@ -467,10 +467,10 @@ class ShuffleSampler:
   """Shuffle-and-cut batches; build with :func:`shuffle`.
 
   Attributes:
-    dataset_size: N.
+    dataset_size: N, the number of examples.
     batch_size: B, the exact batch size.
     steps_per_epoch: k = N // B.
-    relation: ``"add_remove"`` (zero-out) or ``"replace_one"``.
+    relation: ``"add_remove"`` (accounted literally, sensitivity 2C) or ``"replace_one"``.
   """
   dataset_size: int
   batch_size: int
@@ -557,7 +557,7 @@ def fixed(dataset_size: int, batch_size: int, relation: str = "replace_one") -> 
     dataset_size: N >= 1 (a whole number < 2**31).
     batch_size: B in [1, N].
     relation: ``"replace_one"`` (default; the relation dp_accounting analyses
-      for this sampler) or ``"add_remove"`` (zero-out; see
+      for this sampler) or ``"add_remove"`` (accounted literally, sensitivity 2C; see
       :class:`jaxdp.events.SampledWithoutReplacementGaussian`).
 
   Returns:
@@ -603,7 +603,7 @@ def shuffle(dataset_size: int, batch_size: int, relation: str = "add_remove") ->
     dataset_size: N >= 1 (a whole number < 2**31).
     batch_size: B in [1, N]; an epoch has k = N // B steps and leaves out
       the last N − kB examples of its permutation.
-    relation: ``"add_remove"`` (default; zero-out) or ``"replace_one"``.
+    relation: ``"add_remove"`` (default; accounted literally, sensitivity 2C) or ``"replace_one"``.
 
   Returns:
     A :class:`ShuffleSampler`; its ``event(sigma)`` is one epoch,
