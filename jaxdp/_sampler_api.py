@@ -58,44 +58,44 @@ def _rdp_total(sampler, sigma, steps, orders):
 
 def epsilon(sampler, sigma, steps, delta, accountant="rdp", orders=None):
   """ε of ``steps`` DP-SGD steps on batches from ``sampler`` (see module doc)."""
-  nx.check_array("sigma", sigma, low=0.0, low_open=True)
-  nx.check_array("steps", steps, low=0.0, integer=True)
-  nx.check_array("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-  shape = nx.check_same_shape(sigma=sigma, steps=steps, delta=delta)
-  sigma, steps, delta = (np.broadcast_to(np.asarray(a, np.float64), shape) for a in (sigma, steps, delta))
-  if accountant == "pld":
-    q, s, count = _pld_equivalent(sampler, sigma, steps)
-    from jaxdp import _api  # pylint: disable=g-import-not-at-top
-    return _api.epsilon(q, s, count, delta, accountant="pld")
-  if accountant != "rdp":
-    raise ValueError(f"accountant must be 'rdp' or 'pld'; found {accountant!r}.")
-  from jaxdp import rdp as _rdp  # pylint: disable=g-import-not-at-top
-  with nx.x64():
-    total, orders = _rdp_total(sampler, sigma, steps, orders)
-    eps, _ = _rdp.to_epsilon(jnp.asarray(total), orders, jnp.asarray(delta))
-    eps = np.nextafter(np.asarray(eps, np.float64), np.inf)
-  return nx.to_host(np.where(steps == 0, 0.0, eps))
+  return _forward("epsilon", sampler, sigma, steps, delta, accountant, orders)
 
 
 def delta(sampler, sigma, steps, epsilon_, accountant="rdp", orders=None):
   """δ at ``epsilon_`` of ``steps`` DP-SGD steps on batches from ``sampler``."""
+  return _forward("delta", sampler, sigma, steps, epsilon_, accountant, orders)
+
+
+def _forward(kind, sampler, sigma, steps, value, accountant, orders):
+  """ε at δ = ``value`` (kind "epsilon") or δ at ε = ``value`` (kind "delta")."""
   nx.check_array("sigma", sigma, low=0.0, low_open=True)
   nx.check_array("steps", steps, low=0.0, integer=True)
-  nx.check_array("epsilon", epsilon_, low=0.0)
-  shape = nx.check_same_shape(sigma=sigma, steps=steps, epsilon=epsilon_)
-  sigma, steps, epsilon_ = (np.broadcast_to(np.asarray(a, np.float64), shape)
-                            for a in (sigma, steps, epsilon_))
+  if kind == "epsilon":
+    nx.check_array("delta", value, low=0.0, high=1.0, low_open=True, high_open=True)
+  else:
+    nx.check_array("epsilon", value, low=0.0)
+  shape = nx.check_same_shape(sigma=sigma, steps=steps, **{"delta" if kind == "epsilon"
+                                                           else "epsilon": value})
+  sigma, steps, value = (np.broadcast_to(np.asarray(a, np.float64), shape)
+                         for a in (sigma, steps, value))
   if accountant == "pld":
     q, s, count = _pld_equivalent(sampler, sigma, steps)
     from jaxdp import _api  # pylint: disable=g-import-not-at-top
-    return _api.delta(q, s, count, epsilon_, accountant="pld")
+    fn = _api.epsilon if kind == "epsilon" else _api.delta
+    return fn(q, s, count, value, accountant="pld")
   if accountant != "rdp":
     raise ValueError(f"accountant must be 'rdp' or 'pld'; found {accountant!r}.")
   from jaxdp import rdp as _rdp  # pylint: disable=g-import-not-at-top
   with nx.x64():
     total, orders = _rdp_total(sampler, sigma, steps, orders)
-    d = np.asarray(_rdp.to_delta(jnp.asarray(total), orders, jnp.asarray(epsilon_)), np.float64)
-  return nx.to_host(np.where(steps == 0, 0.0, np.minimum(np.nextafter(d, np.inf), 1.0)))
+    if kind == "epsilon":
+      out, _ = _rdp.to_epsilon(jnp.asarray(total), orders, jnp.asarray(value))
+    else:
+      out = _rdp.to_delta(jnp.asarray(total), orders, jnp.asarray(value))
+    out = np.nextafter(np.asarray(out, np.float64), np.inf)  # round up
+  if kind == "delta":
+    out = np.minimum(out, 1.0)
+  return nx.to_host(np.where(steps == 0, 0.0, out))
 
 
 def _pld_equivalent(sampler, sigma, steps):
