@@ -127,8 +127,8 @@ def test_one_step_bounds_bracket_exact_profile(q, sigma):
   # Certified optimistic end: never above the exact value.
   assert np.all(lo <= exact), (lo - exact)
   assert np.all(lo <= up)
-  # and both are tight (absolute slack: the lower end's round-off allowance)
-  assert np.all(up <= exact * 1.02 + 1e-15)
+  # and both are tight (absolute slack: each end's FFT round-off allowance)
+  assert np.all(up <= exact * 1.02 + 1e-11)
   assert np.all(lo >= exact * (1 - 2e-2) - 1e-11)
 
 
@@ -191,7 +191,7 @@ def test_trivial_cases():
   assert pld.epsilon(0.0, 1.0, 100, 1e-5) == 0.0
   assert pld.epsilon(0.1, 1.0, 0, 1e-5) == 0.0
   assert pld.delta(0.0, 1.0, 100, 0.5) == 0.0
-  assert pld.delta(0.1, 1.0, 100, np.inf) < 1e-16  # truncation allowance only
+  assert pld.delta(0.1, 1.0, 100, np.inf) < 1e-13  # truncation and FFT round-off allowances only
 
 
 def test_monotone_in_steps():
