@@ -90,6 +90,7 @@ CORNERS = np.array([
 CI_SEED = 20240611
 SLOW_SEED = 77
 N_CI = 30
+N_CI_USED = 12
 # The slow sample sizes can be scaled down for a quick run of the slow path:
 # JAXDP_HARNESS_SCALE=0.02 pytest -m slow tests/test_harness.py
 SLOW_SCALE = float(os.environ.get("JAXDP_HARNESS_SCALE", "1"))
@@ -123,7 +124,9 @@ def sample_configs(n, seed, sigma=SIGMA_RANGE, q=Q_RANGE, steps=T_RANGE, delta=D
 
 
 def ci_configs():
-  q, s, t, d = sample_configs(N_CI, CI_SEED)
+  # The first N_CI_USED of the fixed-seed sample (a strict subset of N_CI:
+  # keeps the default suite within its time budget on 2 cores).
+  q, s, t, d = (x[:N_CI_USED] for x in sample_configs(N_CI, CI_SEED))
   c = CORNERS.T
   return (np.concatenate([c[0], q]), np.concatenate([c[1], s]), np.concatenate([c[2], t]),
           np.concatenate([c[3], d]))
@@ -386,8 +389,8 @@ def check_brute_force_batch(q, s, t, d, fails):
     if np.isfinite(lo[i]) and lo[i] > 0 and not du[1] >= d[i] * (1 - BF_DELTA_REL) - BF_DELTA_ABS:
       fails.items.append(f"T<=4: brute-force δ_upper(pld lower ε={lo[i]!r}) = {du[1]!r} < δ "
                          f"{c} (bf ε bracket [{b_lo!r}, {b_up!r}])")
-    narrow_bf = b_up - b_lo <= BF_NARROW * b_up and b_lo > 0
-    narrow_pld = up[i] - lo[i] <= BF_NARROW * up[i] and lo[i] > 0
+    narrow_bf = np.isfinite(b_up) and b_lo > 0 and b_up - b_lo <= BF_NARROW * b_up
+    narrow_pld = np.isfinite(up[i]) and lo[i] > 0 and up[i] - lo[i] <= BF_NARROW * up[i]
     if narrow_bf and narrow_pld:
       if not up[i] <= b_up * (1 + BF_TOL):
         fails.items.append(f"T<=4: pld upper ε {up[i]!r} > brute-force upper {b_up!r}"
