@@ -26,3 +26,18 @@ import jax  # noqa: E402
 
 jax.config.update("jax_compilation_cache_dir", _CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+  """Drops JAX's in-memory compiled programs after each test module.
+
+  One pytest process compiles a great many XLA programs; each keeps memory
+  mappings alive, and the process once crashed inside LLVM ("Cannot allocate
+  memory", vm.max_map_count is 65530) about halfway through the suite.  The
+  persistent compilation cache above keeps re-compilation cheap.
+  """
+  yield
+  jax.clear_caches()
