@@ -117,6 +117,16 @@ def _pld_equivalent(sampler, sigma, steps):
       f"({type(ev).__name__}) yet; use accountant='rdp' (never a Poisson substitute).")
 
 
+def _check_budget(target_epsilon, delta, name, value, value_check):
+  """Scalar budget (ε ≥ 0, δ in (0, 1)) and one more named scalar argument."""
+  for n, v in (("target_epsilon", target_epsilon), ("delta", delta), (name, value)):
+    if np.ndim(v) != 0:
+      raise ValueError(f"{n} must be a scalar with a sampler; found shape {np.shape(v)}.")
+  nx.check_array("target_epsilon", target_epsilon, low=0.0)
+  nx.check_array(name, value, **value_check)
+  nx.check_array("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+
+
 def calibrate_sigma(sampler, target_epsilon, delta, steps, accountant="rdp", rtol=1e-6):
   """Smallest σ (within ``rtol``) whose sampler ε is <= ``target_epsilon``.
 
@@ -127,12 +137,7 @@ def calibrate_sigma(sampler, target_epsilon, delta, steps, accountant="rdp", rto
   Returns:
     σ as a NumPy float64; ``inf`` when even σ = 1e4 does not meet the target.
   """
-  for name, v in (("target_epsilon", target_epsilon), ("delta", delta), ("steps", steps)):
-    if np.ndim(v) != 0:
-      raise ValueError(f"{name} must be a scalar with a sampler; found shape {np.shape(v)}.")
-  nx.check_array("target_epsilon", target_epsilon, low=0.0)
-  nx.check_array("steps", steps, low=0.0, integer=True)
-  nx.check_array("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+  _check_budget(target_epsilon, delta, "steps", steps, dict(low=0.0, integer=True))
   nx.check_array("rtol", rtol, low=0.0, low_open=True, high=0.1)
   if steps == 0:
     return np.float64(0.0)
@@ -165,12 +170,7 @@ def calibrate_steps(sampler, target_epsilon, delta, sigma, accountant="rdp",
   Returns:
     T as a NumPy float64 whole number; ``inf`` when even ``max_steps`` fits.
   """
-  for name, v in (("target_epsilon", target_epsilon), ("delta", delta), ("sigma", sigma)):
-    if np.ndim(v) != 0:
-      raise ValueError(f"{name} must be a scalar with a sampler; found shape {np.shape(v)}.")
-  nx.check_array("target_epsilon", target_epsilon, low=0.0)
-  nx.check_array("sigma", sigma, low=0.0, low_open=True)
-  nx.check_array("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+  _check_budget(target_epsilon, delta, "sigma", sigma, dict(low=0.0, low_open=True))
 
   def fits(t):
     return float(epsilon(sampler, sigma, t, delta, accountant)) <= target_epsilon
