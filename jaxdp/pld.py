@@ -716,9 +716,9 @@ def _stage1(q, sigma, h, i_lo, steps, rob, j0, start, n, *, remove):
   The other two only matter for accuracy: pessimistic mass below the window
   wraps to its top, which can only raise the pessimistic δ, and optimistic
   mass above it wraps to its bottom, which can only lower the optimistic δ.
-  The two PMFs share their buckets and differ by moves within a bucket, so
-  their tails are within a few grid points of each other; ``_EDGE_PAD``
-  points on each side cover that.
+  Both PMFs share the window, so each edge is the outer of the two PMFs'
+  Chernoff edges (a PMF whose construction failed cannot cut the other's
+  window short), plus ``_EDGE_PAD`` points.
 
   Two compiled calls: fused into one, XLA's fusion of the PMF construction
   with the edge reductions measured ~1.5x slower.
