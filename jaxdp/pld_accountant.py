@@ -30,7 +30,7 @@ from jaxdp import accountant as _accountant
 from jaxdp import events as _events
 from jaxdp import pld as _pld
 
-__all__ = ["PLDState", "make_accountant"]
+__all__ = ["PLDState", "make_accountant", "epsilon_batch", "delta_batch"]
 
 
 class PLDState(NamedTuple):
@@ -58,6 +58,76 @@ def _same(a, b) -> bool:
     return type(a) is type(b) and bool(np.all(np.asarray(a == b)))
   except Exception:  # pylint: disable=broad-except
     return False
+
+
+def _live_phases(phases):
+  """The phases that can leak: (event, count) pairs minus q = 0 Gaussians."""
+  out = []
+  for ev, c in phases:
+    p = _fast_params(ev)
+    if p is None or p[0] > 0.0:
+      out.append((ev, c))
+  return out
+
+
+def _fast_grid(q, sigma, steps, rtol):
+  """Automatic h per configuration (rows of (n, P) phase arrays): the finest
+  phase's grid, kept coarse enough that the composed window stays bounded."""
+  h = np.min(_pld.grid_interval(q, sigma, steps, rtol), axis=1)
+  total = np.broadcast_to(steps.sum(axis=1, keepdims=True), steps.shape)
+  return np.maximum(h, np.max(_pld.grid_interval(q, sigma, total, rtol), axis=1) / 8.0)
+
+
+def _fast_many(phase_lists, values, want_epsilon, vdi, rtol):
+  """Configurations whose phases are all (sampled) Gaussians, with the same
+  number P of phases: one batched call of the FFT kernel of :mod:`jaxdp.pld`.
+
+  Args:
+    phase_lists: n lists of P (event, count) pairs.
+    values: (n, V) queries (δ for ε, ε for δ).
+
+  Returns:
+    (lower, upper), each (n, V).
+  """
+  params = np.array([[_fast_params(ev) for ev, _ in ph] for ph in phase_lists], np.float64)
+  q, sigma = params[..., 0], params[..., 1]
+  steps = np.array([[c for _, c in ph] for ph in phase_lists], np.float64)
+  h = _fast_grid(q, sigma, steps, rtol) if vdi is None else np.full(len(q), float(vdi))
+  up, lo = _pld._run_within_memory(q, sigma, steps, h, values, want_epsilon=want_epsilon,
+                                   automatic=vdi is None)
+  return lo, up
+
+
+def _general_one(phases, values, want_epsilon, vdi, rtol):
+  """The general engine (:mod:`jaxdp.pld_general`) on one configuration."""
+  from jaxdp import mechanisms, pld_general  # pylint: disable=g-import-not-at-top
+  pairs = [(mechanisms.dominating_pairs(ev), c) for ev, c in phases]
+  fn = pld_general.epsilon if want_epsilon else pld_general.delta
+  lo, up = fn(pairs, values, value_discretization_interval=vdi, rtol=rtol, return_bounds=True)
+  return np.asarray(lo, np.float64).reshape(-1), np.asarray(up, np.float64).reshape(-1)
+
+
+def _query_many(phase_lists, values, want_epsilon, vdi, rtol):
+  """(lower, upper) of n configurations at (n, V) queries.
+
+  Configurations made only of (sampled) Gaussian phases go to the batched
+  kernel, grouped by their number of phases; the others go one by one to the
+  general engine (host NumPy/SciPy FFTs: their pairs differ in shape).
+  """
+  n, v = values.shape
+  lo, up = np.zeros((n, v)), np.zeros((n, v))
+  groups = {}
+  for i, phases in enumerate(phase_lists):
+    if not phases:
+      continue
+    if all(_fast_params(ev) is not None for ev, _ in phases):
+      groups.setdefault(len(phases), []).append(i)
+    else:
+      lo[i], up[i] = _general_one(phases, values[i], want_epsilon, vdi, rtol)
+  for idx in groups.values():
+    lo[idx], up[idx] = _fast_many([phase_lists[i] for i in idx], values[idx], want_epsilon,
+                                  vdi, rtol)
+  return lo, up
 
 
 def make_accountant(*, value_discretization_interval=None, rtol=1e-3):
@@ -91,43 +161,10 @@ def make_accountant(*, value_discretization_interval=None, rtol=1e-3):
       phases.append((event, count))
     return PLDState(tuple(phases))
 
-  def _fast_query(params, counts, values, want_epsilon):
-    q, sigma = (np.array([[p[i] for p in params]], np.float64) for i in range(2))
-    steps = np.array([counts], np.float64)
-    if value_discretization_interval is None:
-      h = np.min(_pld.grid_interval(q[0], sigma[0], steps[0], rtol))
-      # Keep the composed window bounded for many phases as well.
-      h = max(h, np.max(_pld.grid_interval(q[0], sigma[0], steps.sum(), rtol)) / 8.0)
-    else:
-      h = float(value_discretization_interval)
-    up, lo = _pld._run_within_memory(q, sigma, steps, np.array([h]), values[None, :],
-                                     want_epsilon=want_epsilon,
-                                     automatic=value_discretization_interval is None)
-    return lo[0], up[0]
-
-  def _general_query(phases, values, want_epsilon):
-    from jaxdp import mechanisms, pld_general  # pylint: disable=g-import-not-at-top
-    pairs = [(mechanisms.dominating_pairs(ev), c) for ev, c in phases]
-    fn = pld_general.epsilon if want_epsilon else pld_general.delta
-    lo, up = fn(pairs, values, value_discretization_interval=value_discretization_interval,
-                rtol=rtol, return_bounds=True)
-    return np.asarray(lo, np.float64).reshape(-1), np.asarray(up, np.float64).reshape(-1)
-
   def _query(state, value, want_epsilon):
     values = np.asarray(value, np.float64)
-    flat = values.reshape(-1)
-    phases = [(ev, c) for ev, c in state.phases]
-    params = [_fast_params(ev) for ev, _ in phases]
-    keep = [i for i, p in enumerate(params) if p is None or p[0] > 0.0]  # q = 0: no privacy loss
-    phases = [phases[i] for i in keep]
-    params = [params[i] for i in keep]
-    if not phases:
-      zero = np.zeros_like(values)
-      return zero, zero
-    if all(p is not None for p in params):
-      lo, up = _fast_query(params, [c for _, c in phases], flat, want_epsilon)
-    else:
-      lo, up = _general_query(phases, flat, want_epsilon)
+    lo, up = _query_many([_live_phases(state.phases)], values.reshape(1, -1), want_epsilon,
+                         value_discretization_interval, rtol)
     return lo.reshape(values.shape), up.reshape(values.shape)
 
   def _out(lo, up, return_bounds, clip):
@@ -160,3 +197,92 @@ def make_accountant(*, value_discretization_interval=None, rtol=1e-3):
 
   acc = _accountant.Accountant(init, compose, epsilon, delta, tradeoff)
   return acc
+
+
+def _config_phases(configs):
+  """Validated live phase lists of a batch of configurations."""
+  out = []
+  for k, cfg in enumerate(configs):
+    phases = cfg.phases if isinstance(cfg, PLDState) else cfg
+    try:
+      phases = [(ev, c) for ev, c in phases]
+    except (TypeError, ValueError):
+      raise ValueError(f"configs[{k}] must be a PLDState or a sequence of (event, count) "
+                       f"pairs; got {cfg!r}") from None
+    for ev, c in phases:
+      try:
+        _events.validate(ev)
+      except TypeError as e:
+        raise ValueError(f"configs[{k}]: event: {e}") from None
+      num.check_array(f"configs[{k}] count", c, low=0.0, integer=True)
+    out.append(_live_phases([(ev, int(c)) for ev, c in phases if int(c) > 0]))
+  return out
+
+
+def _batch(configs, value, name, check, want_epsilon, vdi, rtol, return_bounds):
+  phase_lists = _config_phases(configs)
+  num.check_array(name, value, **check)
+  num.check_array("rtol", rtol, low=0.0, low_open=True, high=0.1)
+  if vdi is not None:
+    num.check_array("value_discretization_interval", vdi, low=0.0, low_open=True)
+  n = len(phase_lists)
+  values = np.asarray(value, np.float64)
+  if values.ndim == 0:
+    values = np.full((n,), float(values))
+  if values.shape[0] != n:
+    raise ValueError(f"{name} must be a scalar or have leading dimension len(configs) = {n}; "
+                     f"got shape {values.shape}")
+  with num.x64():
+    lo, up = _query_many(phase_lists, values.reshape(n, -1), want_epsilon, vdi, rtol)
+  clip = (lambda x: np.maximum(x, 0.0)) if want_epsilon else (lambda x: np.clip(x, 0.0, 1.0))
+  lo, up = clip(lo).reshape(values.shape), clip(up).reshape(values.shape)
+  return (np.minimum(lo, up), up) if return_bounds else up
+
+
+def epsilon_batch(configs, delta, *, value_discretization_interval=None, rtol=1e-3,
+                  return_bounds=False):
+  """Certified ε of many heterogeneous compositions in one call.
+
+  Each configuration is a list of ``(event, count)`` phases (or a
+  :class:`PLDState`): for example 32 training runs, each
+  ``[(SampledGaussian(q_i, σ_i), T_i), (Laplace(b), 10), (DiscreteGaussian(s), 5)]``.
+  The answer for configuration ``i`` is what ``jaxdp.accountant.pld()`` gives
+  for the same phases (``acc.epsilon(state_i, delta[i])``): the max over the
+  add and remove directions of the pessimistic PLD bound. Configurations made
+  only of (Poisson-sampled) Gaussian phases are composed together by one
+  batched FFT kernel per phase count (:mod:`jaxdp.pld`); the others by the
+  general engine (:mod:`jaxdp.pld_general`), one configuration at a time.
+
+  Args:
+    configs: sequence of n configurations, each a :class:`PLDState` or a
+      sequence of ``(jaxdp.events event, count)``.
+    delta: target δ in (0, 1]: a scalar, an (n,) array, or an (n, V) array
+      (V targets per configuration, answered on one composed PLD).
+    value_discretization_interval: loss grid h for every configuration; None
+      picks each configuration's automatic grid.
+    rtol: target relative accuracy of the automatic grids, in (0, 0.1].
+    return_bounds: return ``(lower, upper)`` (the optimistic PLD bound below).
+
+  Returns:
+    float64 NumPy array of ε upper bounds with ``delta``'s broadcast shape
+    ((n,) for a scalar), or ``(lower, upper)``.
+
+  Raises:
+    ValueError: naming the argument on a bad configuration, count or δ.
+  """
+  return _batch(configs, delta, "delta", dict(low=0.0, high=1.0, low_open=True), True,
+                value_discretization_interval, rtol, return_bounds)
+
+
+def delta_batch(configs, epsilon, *, value_discretization_interval=None, rtol=1e-3,
+                return_bounds=False):
+  """Certified δ(ε) of many heterogeneous compositions in one call.
+
+  As :func:`epsilon_batch`, with ε >= 0 (scalar, (n,) or (n, V); +inf allowed)
+  in place of δ.
+
+  Returns:
+    float64 NumPy array of δ upper bounds, or ``(lower, upper)``.
+  """
+  return _batch(configs, epsilon, "epsilon", dict(low=0.0, allow_inf=True), False,
+                value_discretization_interval, rtol, return_bounds)
