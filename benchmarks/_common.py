@@ -27,3 +27,12 @@ def median_time(fn, reps: int) -> float:
     jax.block_until_ready(fn())
     times.append(time.perf_counter() - t0)
   return statistics.median(times)
+
+
+def environment() -> dict:
+  """Where a benchmark ran: machine, platform, CPU count, JAX version, device."""
+  import os
+  import platform
+  return dict(machine=platform.node(), platform=platform.platform(),
+              processor=platform.processor(), cpu_count=os.cpu_count(),
+              jax_version=jax.__version__, device=str(jax.devices()[0]))

@@ -4,7 +4,8 @@ Top level: :func:`epsilon` and :func:`delta` for DP-SGD (``steps`` compositions
 of the Poisson-sampled Gaussian mechanism). Submodules (imported lazily):
 ``rdp``, ``profiles``, ``pld``, ``cdp``, ``composition``, ``events``,
 ``accountant``, ``calibrate``, ``optax``, ``sweep``, ``sampling``,
-``rdp_samplers``, ``cli``, ``tuning``, ``tradeoff``, ``pld_accountant``, ``mechanisms`` (also ``jaxdp.pairs``, ``jaxdp.pld_general``: import them directly). :func:`enable_compilation_cache` turns on JAX's
+``rdp_samplers``, ``cli``, ``tuning``, ``tradeoff``, ``pld_accountant``,
+``mechanisms``, ``pairs``, ``pld_general``. :func:`enable_compilation_cache` turns on JAX's
 persistent compilation cache (the ``jaxdp`` command does it by default).
 """
 
@@ -19,7 +20,7 @@ __version__ = "0.1.0"
 _SUBMODULES = (
     "rdp", "profiles", "pld", "cdp", "composition", "events", "accountant",
     "calibrate", "optax", "sweep", "sampling", "rdp_samplers", "cli",
-    "tuning", "tradeoff", "pld_accountant", "mechanisms",
+    "tuning", "tradeoff", "pld_accountant", "mechanisms", "pairs", "pld_general",
 )
 
 __all__ = ["epsilon", "delta", "enable_compilation_cache", "GuardViolation", "GuardWarning",

@@ -22,7 +22,7 @@ differing example under the stated relation):
   its PLD is the weighted sum of the blocks' PLDs.
 
 Discretisation (:func:`discretize`) on the grid e_k = k·h
--------------------------------------------------------
+---------------------------------------------------------
 Work in u = e^{-ℓ}: the composed δ_T(ε) = E[(1 - e^{ε} Π u_t)_+] + P(∞) is
 convex and non-increasing in every u_t and non-decreasing in every mass, and
 the steps are independent under P. Hence each operation below moves δ_T the
@@ -52,7 +52,7 @@ that have nothing to borrow from are lowered by up to h on the optimistic
 side. P-masses and Q-masses of continuous cells are CDF differences between
 the points where the loss crosses a fine grid (bisection); their
 floating-point error is bounded from the
-accuracy of the log-CDFs (``_CDF_ULPS`` ulps times 1 + |log F|) and the bounds
+accuracy of the log-CDFs (``_CDF_ULPS`` ulps times ``1 + |log F|``) and the bounds
 are taken on the safe side. Without Q's CDFs the u-moment is bounded from the
 cell's loss range on a grid ``_SUBDIV_NO_Q`` times finer.
 
@@ -96,7 +96,7 @@ class MonotonePair(NamedTuple):
   above goes to +inf; optimistic: below is dropped, above sits at
   loss(x_hi)). Optional ``log_q_cdf``/``log_q_sf`` (Q's) make the
   discretisation second order; ``loss_tol`` is the absolute accuracy of
-  ``loss`` (default 64 ulps of 1 + max |loss| on the range used).
+  ``loss`` (default 64 ulps of ``1 + max |loss|`` on the range used).
   """
   loss: Callable
   log_p_cdf: Callable
@@ -250,7 +250,7 @@ def _check_sigma(sigma):
 
 
 def gaussian(sigma, sensitivity=1.0) -> Mechanism:
-  """Gaussian mechanism N(f(D), σ²), |f(D) - f(D')| <= ``sensitivity``: one symmetric pair
+  """Gaussian mechanism N(f(D), σ²), ``|f(D) - f(D')| <= sensitivity``: one symmetric pair
   (N(Δ, σ²), N(0, σ²)) (Balle & Wang 2018)."""
   sigma = _check_sigma(sigma)
   if not (math.isfinite(sensitivity) and sensitivity > 0):
@@ -331,7 +331,7 @@ def _last_true(pred, a, b, n=4097):
 
 def _cdf_mass(lf, ls):
   """Interval masses between consecutive edges from log CDF / log SF, with an
-  absolute error bound (``_CDF_ULPS`` ulps of 1 + |log|, times the values)."""
+  absolute error bound (``_CDF_ULPS`` ulps of ``1 + |log|``, times the values)."""
   f, s = np.exp(lf), np.exp(ls)
   with np.errstate(invalid="ignore"):
     ef = np.where(f > 0, _CDF_ULPS * _EPS * (1.0 + np.abs(lf)) * f, 0.0)
