@@ -377,3 +377,70 @@ def calibrate_steps(sampler, target_epsilon, delta, sigma, accountant="rdp",
     mid = (lo + hi) // 2
     lo, hi = (mid, hi) if fits(mid) else (lo, mid)
   return np.float64(lo)
+
+
+def with_rate(sampler, q=None, batch_size=None):
+  """A copy of ``sampler`` at another rate: ``q`` for Poisson samplers, else
+  ``batch_size`` (other parameters, the capacity and the relation, kept)."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from jaxdp import sampling as _sampling  # pylint: disable=g-import-not-at-top
+  if isinstance(sampler, _sampling.PoissonSampler):
+    return dataclasses.replace(sampler, q=float(q))
+  return dataclasses.replace(sampler, batch_size=int(batch_size))
+
+
+def calibrate_sampling_rate(sampler, target_epsilon, delta, sigma, steps, accountant="rdp",
+                            rtol=1e-6, min_rate=1e-12, orders=None):
+  """Largest rate of ``sampler``'s kind whose ε after ``steps`` steps is <= target.
+
+  Poisson samplers (the capacity kept): bisection in log q over
+  [``min_rate``, 1] to relative accuracy ``rtol``, the answer the lower end of
+  the final bracket (so it always meets the target, by :func:`epsilon`).
+  Fixed-size, balls-in-bins and shuffle samplers: the largest whole batch size
+  B in [1, N] by integer bisection, returned as q = B / N (B = q·N exactly).
+  Both searches assume ε non-decreasing in the rate (true for every sampler
+  here at a fixed number of steps; the answer is checked either way).
+  Scalars only.
+
+  Returns:
+    q as a NumPy float64; 0 when even the smallest rate (``min_rate``, or
+    B = 1) overspends.
+  """
+  from jaxdp import sampling as _sampling  # pylint: disable=g-import-not-at-top
+  _check_budget(target_epsilon, delta, "sigma", sigma, dict(low=0.0, low_open=True))
+  nx.check_array("steps", steps, low=0.0, integer=True)
+  if np.ndim(steps) != 0:
+    raise ValueError(f"steps must be a scalar with a sampler; found shape {np.shape(steps)}.")
+  nx.check_array("rtol", rtol, low=0.0, low_open=True, high=0.1)
+  if steps == 0:
+    return np.float64(1.0)
+  n = sampler.dataset_size
+
+  if isinstance(sampler, _sampling.PoissonSampler):
+    def fits(q):
+      return float(epsilon(with_rate(sampler, q=q), sigma, steps, delta, accountant,
+                           orders)) <= target_epsilon
+
+    if fits(1.0):
+      return np.float64(1.0)
+    if not fits(min_rate):
+      return np.float64(0.0)
+    lo, hi = math.log(min_rate), 0.0          # fits(e^lo), not fits(e^hi)
+    while hi - lo > rtol / 2:
+      mid = 0.5 * (lo + hi)
+      lo, hi = (mid, hi) if fits(math.exp(mid)) else (lo, mid)
+    return np.float64(math.exp(lo))
+
+  def fits_b(b):
+    return float(epsilon(with_rate(sampler, batch_size=b), sigma, steps, delta, accountant,
+                         orders)) <= target_epsilon
+
+  if fits_b(n):
+    return np.float64(1.0)
+  if not fits_b(1):
+    return np.float64(0.0)
+  lo, hi = 1, n                                # fits_b(lo), not fits_b(hi)
+  while hi - lo > 1:
+    mid = (lo + hi) // 2
+    lo, hi = (mid, hi) if fits_b(mid) else (lo, mid)
+  return np.float64(lo / n)

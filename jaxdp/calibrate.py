@@ -693,7 +693,7 @@ def sigma(target_epsilon=None, delta=None, q=None, steps=None, *, accountant: st
 
 
 def sampling_rate(target_epsilon, delta, sigma, steps, *, accountant: str = "rdp",
-                  rtol: float = 1e-6, orders=None):
+                  rtol: float = 1e-6, orders=None, sampler=None):
   """Largest sampling rate q ≤ 1 with ε(q, σ, steps, δ) ≤ target_epsilon, batched.
 
   The inverse of :func:`jaxdp.epsilon` in q (e.g. for the largest expected
@@ -707,10 +707,23 @@ def sampling_rate(target_epsilon, delta, sigma, steps, *, accountant: str = "rdp
     sigma: noise multiplier(s) > 0.
     steps: number(s) of steps (whole numbers ≥ 0).
     accountant, rtol, orders: as in :func:`sigma`.
+    sampler: a :mod:`jaxdp.sampling` sampler whose rate is solved for instead
+      of plain Poisson sampling (scalar arguments): q for
+      ``sampling.poisson`` (its capacity kept), the largest whole batch size B
+      for the fixed, balls-in-bins and shuffle samplers, returned as B / N.
+      ``steps`` are that sampler's steps. Build the sampler at the rate
+      (``with_rate`` in ``jaxdp._sampler_api``) to train with it.
 
   Returns:
     q in [0, 1], float64 NumPy, the broadcast shape.
   """
+  if sampler is not None:
+    from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
+    if not _sampler_api.is_sampler(sampler):
+      raise ValueError(f"sampler must be a jaxdp.sampling sampler; found {sampler!r}.")
+    _validate_common(target_epsilon, delta, rtol, accountant)
+    return _sampler_api.calibrate_sampling_rate(sampler, target_epsilon, delta, sigma, steps,
+                                                accountant, rtol, MIN_SAMPLING_RATE, orders)
   _validate_common(target_epsilon, delta, rtol, accountant)
   nx.check_array("sigma", sigma, low=0.0, low_open=True)
   nx.check_array("steps", steps, low=0.0, integer=True)

@@ -357,10 +357,13 @@ def _cmd_calibrate(args) -> int:
   from jaxdp import calibrate
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
-    smp = _sampler(args)
-    if smp is not None and args.solve == "sampling-rate":
-      raise ValueError("--sampler with --solve sampling-rate is not supported (the sampler "
-                       "fixes the batch size); use --solve sigma or steps.")
+    if args.solve == "sampling-rate" and args.sampler not in (None, "poisson"):
+      if args.q is not None or args.batch_size is not None:
+        raise ValueError("--solve sampling-rate: do not give --q or --batch-size.")
+      # A template at batch size 1; the solver replaces the rate (capacity kept).
+      smp = _sampler(argparse.Namespace(**{**vars(args), "batch_size": 1}))
+    else:
+      smp = _sampler(args)
     if args.solve == "sigma":
       q, steps = _resolve_q_steps(args)
       q = q if smp is None else smp
@@ -389,9 +392,11 @@ def _cmd_calibrate(args) -> int:
     if steps is None:
       raise ValueError("missing --steps (epochs depend on the unknown batch size).")
     value = calibrate.sampling_rate(args.target_epsilon, args.delta, sigma, steps,
-                                    rtol=args.rtol, **_acc(args))
+                                    rtol=args.rtol, sampler=smp, **_acc(args))
     print(f"q = {_fmt(value)}")
-    if args.dataset_size is not None:
+    if smp is not None and args.sampler != "truncated-poisson":
+      print(f"batch_size = {round(value * smp.dataset_size)}")
+    elif args.dataset_size is not None:
       print(f"batch_size = {_fmt(math.floor(value * args.dataset_size + 1e-9))}")
     if value == 0.0:
       print(f"{_PROG}: no sampling rate >= {calibrate.MIN_SAMPLING_RATE:g} meets the target.",

@@ -77,6 +77,49 @@ def test_calibrate_sigma_for_a_sampler_meets_target():
   assert float(jaxdp.epsilon(smp, s * (1 - 1e-4), 500, DELTA)) > 4.0
 
 
+# Shuffling is charged one unamplified epoch per started epoch: a larger budget.
+@pytest.mark.parametrize("make, target", [(lambda: sampling.fixed(N, B), 3.0),
+                                          (lambda: sampling.shuffle(N, B), 40.0)])
+def test_calibrate_sampling_rate_for_a_sampler_is_the_largest_batch(make, target):
+  smp = make()
+  q = float(calibrate.sampling_rate(target, DELTA, SIGMA, 300, sampler=smp))
+  b = round(q * N)
+  assert b == q * N and 1 <= b < N
+  at = lambda size: float(jaxdp.epsilon(type(smp)(N, size, smp.relation), SIGMA, 300, DELTA))
+  assert at(b) <= target < at(b + 1), (b, at(b), at(b + 1))
+
+
+def test_calibrate_sampling_rate_for_a_poisson_sampler_keeps_its_capacity():
+  smp = sampling.poisson(N, 0.05, 40)
+  q = float(calibrate.sampling_rate(2.0, DELTA, SIGMA, 200, sampler=smp, rtol=1e-4))
+  assert 0.0 < q < 1.0
+  assert float(jaxdp.epsilon(sampling.poisson(N, q, 40), SIGMA, 200, DELTA)) <= 2.0
+  assert float(jaxdp.epsilon(sampling.poisson(N, q * (1 + 2e-4), 40), SIGMA, 200, DELTA)) > 2.0
+
+
+def test_calibrate_sampling_rate_sampler_edges_and_validation():
+  # Nothing fits: one unamplified epoch of a shuffled sampler already overspends.
+  assert float(calibrate.sampling_rate(0.01, DELTA, SIGMA, 10, sampler=sampling.shuffle(N, B))) == 0.0
+  # Everything fits: huge noise.
+  assert float(calibrate.sampling_rate(5.0, DELTA, 1e3, 10, sampler=sampling.fixed(N, B))) == 1.0
+  with pytest.raises(ValueError, match="sampler"):
+    calibrate.sampling_rate(1.0, DELTA, SIGMA, 10, sampler="fixed")
+  with pytest.raises(ValueError, match="steps"):
+    calibrate.sampling_rate(1.0, DELTA, SIGMA, [10, 20], sampler=sampling.fixed(N, B))
+
+
+def test_cli_solves_the_batch_size_of_a_sampler(capsys):
+  argv = ["calibrate", "--solve", "sampling-rate", "--target-epsilon", "3", "--delta", "1e-5",
+          "--sigma", str(SIGMA), "--steps", "300", "--sampler", "fixed", "--dataset-size", str(N)]
+  assert cli.main(argv) == 0
+  lines = dict(line.split(" = ") for line in capsys.readouterr().out.strip().splitlines())
+  b = int(lines["batch_size"])
+  assert float(lines["q"]) == calibrate.sampling_rate(3.0, 1e-5, SIGMA, 300,
+                                                      sampler=sampling.fixed(N, B))
+  assert float(jaxdp.epsilon(sampling.fixed(N, b), SIGMA, 300, 1e-5)) <= 3.0
+  assert cli.main(argv + ["--batch-size", "10"]) == 2     # the unknown must not be given
+
+
 def _run_steps(smp, steps, grads_scale=1.0, mask_all=None):
   tx = dpo.dp_aggregate(1.0, SIGMA, sampler=smp, seed=3)
   params = {"w": jnp.zeros(3)}
