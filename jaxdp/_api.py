@@ -48,13 +48,24 @@ def _chunk_fn(kind: str, orders_key, method: str, nodes: int):
   return jax.jit(fn)
 
 
+# Chunk lengths: every call pads to one of these, so a few configurations,
+# one configuration and a thousand reuse the same three compiled programs
+# (the persistent cache of the CLI keys on them too).
+_BUCKETS = (16, 256, _CHUNK)
+
+
+def _bucket(n):
+  """Chunk length for n configurations: the smallest bucket >= n (at most _CHUNK)."""
+  return next((b for b in _BUCKETS if n <= b), _CHUNK)
+
+
 def _run_chunked(kind, q, sigma, steps, x, orders, method):
   shape = np.broadcast_shapes(*(np.shape(a) for a in (q, sigma, steps, x)))
   flat = [np.broadcast_to(np.asarray(a, np.float64), shape).reshape(-1) for a in (q, sigma, steps, x)]
   n = flat[0].size
   key = None if orders is None else tuple(float(o) for o in orders)
   search_plan = _order_search.plan(key)
-  chunk = min(_CHUNK, max(n, 1))
+  chunk = _bucket(n)
   out = []
   for start in range(0, n, chunk):
     parts = [a[start:start + chunk] for a in flat]

@@ -23,7 +23,11 @@ neighbour sizes N and N + 1), fixed batches under replace-one
 and the RDP bound (both certified) where the event's RDP analyses the same
 relation, and passes the guards of the engine (upper >= the exact one-step
 value). Balls-in-bins raises a ``ValueError`` (no PLD yet; never a Poisson
-substitute). σ is always the noise multiplier std / C, as dp_accounting's
+substitute). With a capacity below N its RDP answer is also bounded by the
+untruncated one plus the probability that a bin overflows
+(:mod:`jaxdp._bins_coupling`, an (ε, δ) coupling argument; the in-jit RDP
+accountant, which composes RDP curves only, keeps the unamplified-epoch
+fallback for truncated epochs). σ is always the noise multiplier std / C, as dp_accounting's
 ``GaussianDpEvent.noise_multiplier`` for the same event and relation.
 """
 
@@ -238,9 +242,26 @@ def _forward(kind, sampler, sigma, steps, value, accountant, orders):
     else:
       out = _rdp.to_delta(jnp.asarray(total), orders, jnp.asarray(value))
     out = np.nextafter(np.asarray(out, np.float64), np.inf)  # round up
+  if _truncated_bins(sampler):
+    # Also the untruncated bound plus the overflow probability (coupling,
+    # jaxdp._bins_coupling): far tighter than the unamplified-epoch fallback
+    # whenever the capacity is a few standard deviations above N/k.
+    from jaxdp import _bins_coupling  # pylint: disable=g-import-not-at-top
+    fn = _bins_coupling.epsilon if kind == "epsilon" else _bins_coupling.delta
+    out = np.minimum(out, fn(_rdp_forward, sampler, sigma, steps, value, orders))
   if kind == "delta":
     out = np.minimum(out, 1.0)
   return nx.to_host(np.where(steps == 0, 0.0, out))
+
+
+def _rdp_forward(kind, sampler, sigma, steps, value, orders):
+  return _forward(kind, sampler, sigma, steps, value, "rdp", orders)
+
+
+def _truncated_bins(sampler):
+  from jaxdp import sampling as _sampling  # pylint: disable=g-import-not-at-top
+  return (isinstance(sampler, _sampling.BallsInBinsSampler)
+          and sampler.capacity < sampler.dataset_size)
 
 
 def _pld_equivalent(sampler, sigma, steps):
