@@ -166,51 +166,6 @@ def _event_ndim(event) -> int:
   return max((jnp.ndim(f) for f in jax.tree_util.tree_leaves(event)), default=0)
 
 
-def _pure_dp_rdp(epsilon, alpha):
-  """RDP of any ε-DP mechanism at order α.
-
-  Every ε-DP pair is a post-processing of randomized response RR_ε
-  (Kairouz–Oh–Viswanath 2015), so D_α <= D_α(RR_ε) =
-  ln((e^{αε} + e^{(1−α)ε})/(1 + e^ε))/(α − 1) = [lc((α − ½)ε) − lc(ε/2)]/(α − 1)
-  with lc = ln cosh; also capped by ε and by αε²/2 (Bun–Steinke 2016,
-  Prop 1.4).
-  """
-  def log_cosh(x):
-    x = jnp.abs(x)
-    small = x < 1.0
-    xs = jnp.where(small, x, 0.0)
-    xl = jnp.where(small, 1.0, x)
-    return jnp.where(small, jnp.log1p(2.0 * jnp.square(jnp.sinh(0.5 * xs))),
-                     xl + jnp.log1p(jnp.exp(-2.0 * xl)) - jnp.log(2.0))
-  am1 = alpha - 1.0
-  rr = (log_cosh((alpha - 0.5) * epsilon) - log_cosh(0.5 * epsilon)) / am1
-  # Guard the cancellation of the difference above (relative ~ulp/(α−1)).
-  rr = _round_up(rr, 64.0)
-  return jnp.minimum(jnp.minimum(rr, epsilon), 0.5 * alpha * epsilon * epsilon)
-
-
-def _laplace_rdp(b, alpha):
-  """RDP of the Laplace mechanism (scale b, L1 sensitivity 1) at order α.
-
-  ε(α) = ln(α/(2α−1)·e^{(α−1)/b} + (α−1)/(2α−1)·e^{−α/b})/(α − 1)
-  (Mironov 2017, Prop 6, Table II), computed as a log1p of expm1 terms, and
-  capped by the pure-DP bound at ε = 1/b (the mechanism is (1/b)-DP).
-  """
-  lam = 1.0 / b
-  am1 = alpha - 1.0
-  w = 2.0 * alpha - 1.0
-  inner = (alpha / w) * jnp.expm1(am1 * lam) + (am1 / w) * jnp.expm1(-alpha * lam)
-  # For large (α−1)/b the log-sum-exp form avoids overflow.
-  big = am1 * lam > 30.0
-  inner_s = jnp.where(big, 0.0, inner)
-  small_form = jnp.log1p(jnp.maximum(inner_s, 0.0)) / am1
-  big_form = (jnp.logaddexp(jnp.log(alpha) + am1 * lam,
-                            jnp.log(am1) - alpha * lam) - jnp.log(w)) / am1
-  lap = jnp.where(big, big_form, small_form)
-  lap = _round_up(lap, 64.0)
-  return jnp.minimum(lap, _pure_dp_rdp(lam, alpha))
-
-
 # --------------------------------------------------------------------------
 # RDP accountant
 # --------------------------------------------------------------------------
@@ -287,9 +242,11 @@ def event_rdp(event, orders, dtype=None):
   if isinstance(event, _mech.RDP_EVENTS):
     return _mech.event_rdp(event, orders, dtype)
   if isinstance(event, E.Laplace):
-    return _laplace_rdp(col(event.b), alpha)
+    from jaxdp import mechanisms_continuous as _cont  # pylint: disable=g-import-not-at-top
+    return jnp.asarray(_cont.laplace_rdp(col(event.b), alpha), dtype)
   if isinstance(event, E.PureDP):
-    return _pure_dp_rdp(col(event.epsilon), alpha)
+    from jaxdp import mechanisms_discrete as _disc  # pylint: disable=g-import-not-at-top
+    return jnp.asarray(_disc.pure_dp_rdp(col(event.epsilon), alpha), dtype)
   if isinstance(event, E.TruncatedPoissonGaussian):
     n, q, cap, s = (col(x) for x in event)
     plain = _rdp.sampled_gaussian(q, s, alpha)
