@@ -225,6 +225,12 @@ def safe_call(fn, cols, n_out=1, **kw):
   return out, errs
 
 
+def in_chunks(check, cols, fails, size=50):
+  """check(*(c[chunk] for c in cols), fails) over consecutive chunks (the slow runs)."""
+  for k in range(0, len(cols[0]), size):
+    check(*(c[k:k + size] for c in cols), fails)
+
+
 class Failures:
   """Collects failures; one assert at the end lists them all (with configs)."""
 
@@ -437,9 +443,7 @@ def test_brute_force_bracket_slow():
   n = _slow_n(400)
   q, s, t, d = bf_configs(n, SLOW_SEED + 2)
   fails = Failures(f"T<=4 brute-force bracket ({n} configurations)")
-  for k in range(0, n, 50):
-    sl = slice(k, k + 50)
-    check_brute_force_batch(q[sl], s[sl], t[sl], d[sl], fails)
+  in_chunks(check_brute_force_batch, (q, s, t, d), fails)
   print(f"[harness] slow brute force: {n} configurations")
   fails.report()
 
@@ -480,9 +484,7 @@ def test_dp_accounting_lower_bound_slow():
   n = _slow_n(200)
   q, s, t, d = dpa_configs(n, SLOW_SEED + 3)
   fails = Failures(f"dp_accounting optimistic lower bound ({n} configurations)")
-  for k in range(0, n, 50):
-    sl = slice(k, k + 50)
-    check_dp_accounting_batch(q[sl], s[sl], t[sl], d[sl], fails)
+  in_chunks(check_dp_accounting_batch, (q, s, t, d), fails)
   fails.report()
 
 
@@ -560,9 +562,7 @@ def test_calibrate_sigma_slow():
   n = _slow_n(200)
   tgt, d, q, t = calibrate_targets(n, SLOW_SEED + 4)
   fails = Failures(f"calibrate.sigma ({n} targets)")
-  for k in range(0, n, 50):
-    sl = slice(k, k + 50)
-    check_calibrate_batch(tgt[sl], d[sl], q[sl], t[sl], fails)
+  in_chunks(check_calibrate_batch, (tgt, d, q, t), fails)
   fails.report()
 
 
