@@ -122,6 +122,12 @@ def _fpr_list_arg(text):
 _TUNING_SHAPES = {"poisson": math.inf, "geometric": 1.0, "logarithmic": 0.0}
 
 
+_TUNING_HELP = ("the epsilon of hyperparameter tuning: a random number K of such runs, only "
+                "the best released (Papernot-Steinke 2022). DIST is poisson:MEAN, "
+                "geometric:MEAN, logarithmic:MEAN or negative-binomial:MEAN,SHAPE "
+                "(MEAN = E[K] >= 1; dp_accounting's RepeatAndSelectDpEvent).")
+
+
 def _tuning_arg(text):
   """--tuning DIST → (mean, shape) (dp_accounting's RepeatAndSelectDpEvent)."""
   name, sep, params = text.partition(":")
@@ -158,12 +164,8 @@ def _build_parser() -> argparse.ArgumentParser:
   p.add_argument("--delta", type=float, required=True, help="target delta, e.g. 1e-5 "
                  "(typically below 1/dataset size)")
   p.add_argument("--tuning", type=_tuning_arg, default=None, metavar="DIST",
-                 help="also print the epsilon of hyperparameter tuning: a random number K of "
-                 "such runs, only the best released (Papernot-Steinke 2022). DIST is "
-                 "poisson:MEAN, geometric:MEAN, logarithmic:MEAN or "
-                 "negative-binomial:MEAN,SHAPE (MEAN = E[K] >= 1; dp_accounting's "
-                 "RepeatAndSelectDpEvent). Prints 'epsilon' (one run), then 'epsilon_tuned'. "
-                 "Poisson --q with --accountant rdp only")
+                 help="also print " + _TUNING_HELP + " Prints 'epsilon' (one run), then "
+                 "'epsilon_tuned'. Poisson --q with --accountant rdp only")
   p.add_argument("--tradeoff", type=_fpr_list_arg, default=None, metavar="FPR[,FPR...]",
                  help="also print the attack risk: for each false-positive rate FPR, certified "
                  "bounds on the true-positive rate of the best membership-inference attack "
@@ -207,11 +209,8 @@ def _build_parser() -> argparse.ArgumentParser:
   _add_orders(p)
   p.add_argument("--tuning", type=_tuning_arg, default=None, metavar="DIST",
                  help="for rows whose unknown is epsilon, also write the column "
-                 "'epsilon_tuned': the epsilon of hyperparameter tuning, a random number K of "
-                 "such runs with only the best released (Papernot-Steinke 2022), next to the "
-                 "per-run 'epsilon'. DIST is poisson:MEAN, geometric:MEAN, logarithmic:MEAN or "
-                 "negative-binomial:MEAN,SHAPE (MEAN = E[K] >= 1; dp_accounting's "
-                 "RepeatAndSelectDpEvent). --accountant rdp only")
+                 "'epsilon_tuned' (next to the per-run 'epsilon'): " + _TUNING_HELP +
+                 " --accountant rdp only")
   p.add_argument("--progress", dest="progress", action="store_true", default=None,
                  help="show a progress bar (default: when stderr is a terminal)")
   p.add_argument("--no-progress", dest="progress", action="store_false")
