@@ -59,6 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp import _continuous_order
+from jaxdp import _grid_search
 from jaxdp import _numerics as nx
 from jaxdp import rdp
 from jaxdp.profiles import analytic_gaussian_sigma as analytic_gaussian
@@ -419,12 +420,33 @@ def _from_x(kind, x):
   return np.where(x <= xmin, 1.0, np.exp(-x))
 
 
+def _small_boundary(kind, target, delta, a, b, orders_checked, rtol):
+  """A few targets (one question from the command line): rounds of 16 probes
+  per target through :func:`jaxdp.epsilon` itself (:mod:`jaxdp._grid_search`),
+  which reuses its compiled programs instead of compiling the solver's. The
+  answer's ε was evaluated by that function and is <= the target; the probe
+  a factor e^{-rtol/2} below it (q: above it) was not. Returns (value, unreachable)."""
+  xmin, xmax = _bounds(kind)
+
+  def eps_at(idx, x):
+    m, p = x.shape
+    v = _from_x(kind, x.reshape(-1))
+    known = np.repeat(a[idx], p)
+    q, s = (known, v) if kind == "sigma" else (v, known)
+    return _check_epsilon_rdp(q, s, np.repeat(b[idx], p), np.repeat(delta[idx], p),
+                              orders_checked).reshape(m, p)
+
+  x, _, feasible = _grid_search.boundary(eps_at, target, xmin, xmax, 0.5 * rtol)
+  return _from_x(kind, x), ~feasible
+
 def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
   """Solve for σ (kind "sigma", a = q) or q (kind "q", a = σ) under RDP.
 
   Returns (value, unreachable) on flat arrays.
   """
   n = target.shape[0]
+  if n <= _SMALL:
+    return _small_boundary(kind, target, delta, a, b, orders_checked, rtol)
   tol = 0.5 * rtol
   xmin, xmax = _bounds(kind)
   cheap = orders[(orders == np.floor(orders)) & (orders <= _CHEAP_MAX_ORDER)]
