@@ -44,7 +44,9 @@ def _untruncated(steps, value, kind):
   return float(fn(smp, SIGMA, steps, value))
 
 
-@pytest.mark.parametrize("cap, steps", [(400, 2000), (380, 700), (360, 234)])
+@pytest.mark.parametrize("cap, steps", [
+    (400, 2000), pytest.param(380, 700, marks=pytest.mark.slow),
+    pytest.param(360, 234, marks=pytest.mark.slow)])
 def test_delta_is_the_untruncated_delta_plus_the_overflow_term(cap, steps):
   smp = sampling.balls_in_bins(N, B, cap)
   epochs = math.ceil(steps / smp.steps_per_epoch)
@@ -55,7 +57,8 @@ def test_delta_is_the_untruncated_delta_plus_the_overflow_term(cap, steps):
     assert got <= 1.0
 
 
-@pytest.mark.parametrize("cap, steps", [(400, 2000), (380, 700)])
+@pytest.mark.parametrize("cap, steps", [(400, 2000),
+                                       pytest.param(380, 700, marks=pytest.mark.slow)])
 def test_epsilon_meets_delta_through_the_coupling(cap, steps):
   smp = sampling.balls_in_bins(N, B, cap)
   eps = float(jaxdp.epsilon(smp, SIGMA, steps, DELTA))
