@@ -85,7 +85,24 @@ def _run_chunked(kind, q, sigma, steps, x, orders, method):
       res = _chunk_fn(kind, key, method, nodes)(*(jnp.asarray(p) for p in parts))
     out.append(np.asarray(res)[:m])
   result = np.concatenate(out) if out else np.zeros((0,))
+  if kind == "delta":
+    result = delta_floor(result, flat[0], flat[2], flat[3])
   return result.reshape(shape)
+
+
+def delta_floor(delta, q, steps, epsilon):
+  """δ upper bounds never below the smallest normal float where the true δ is positive.
+
+  With q > 0, at least one step and finite ε the Gaussian's δ(ε) is positive,
+  but a δ below ~2.2e-308 underflows to a subnormal or to 0 (the slow harness
+  found an exact one-step δ of 8.45e-322 reported as 0). A computed bound
+  below the smallest normal number means the true δ is below it too, so
+  raising it there keeps it an upper bound.
+  """
+  q, steps, epsilon = (np.broadcast_to(np.asarray(a, np.float64), np.shape(delta))
+                       for a in (q, steps, epsilon))
+  live = (q > 0) & (steps >= 1) & np.isfinite(epsilon)
+  return np.where(live, np.maximum(delta, np.finfo(np.float64).tiny), delta)
 
 
 def epsilon(q, sigma, steps, delta, *, accountant: str = "rdp", orders=None,

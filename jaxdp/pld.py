@@ -479,8 +479,11 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
       q, sigma, steps, value, value_name, checks, value_discretization_interval, rtol)
   up, lo = _scatter_bounds(trivial, cfg, inverse, slot, table, h, want_epsilon=name == "epsilon",
                            automatic=value_discretization_interval is None)
-  return _guard(name, clip(lo).reshape(shape), clip(up).reshape(shape), q, sigma, steps, value,
-                shape)
+  up = clip(up).reshape(shape)
+  if name == "delta":
+    from jaxdp import _api  # pylint: disable=g-import-not-at-top
+    up = _api.delta_floor(up, q, steps, value)
+  return _guard(name, clip(lo).reshape(shape), up, q, sigma, steps, value, shape)
 
 
 def _guard(name, lo, up, q, sigma, steps, value, shape):

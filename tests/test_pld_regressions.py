@@ -224,3 +224,19 @@ def test_power_round_off_does_not_lift_the_lower_bound():
   # δ side: no optimistic mass far beyond the bulk (true δ(20) ~ 1e-23).
   lo20, _ = pld.delta(q, s, t, 20.0, return_bounds=True)
   assert lo20 <= 1e-20
+
+
+def test_delta_below_the_normal_range_is_not_reported_as_zero():
+  """Slow harness, chunk 9: the exact one-step δ is 8.45e-322 (subnormal) at
+  ε = 4336.5; jaxdp.delta (both accountants) returned 0. Upper bounds are now
+  at least the smallest normal float wherever the true δ is positive."""
+  import harness_reference as hr
+  cfg = (5.701639840654147e-05, 0.015964229348849546, 1, 4336.540562591858)
+  exact = float(hr.one_step_delta(cfg[3], cfg[0], cfg[1]))
+  assert exact > 0.0
+  for acc in ("rdp", "pld"):
+    assert float(jaxdp.delta(*cfg, accountant=acc)) >= exact, acc
+  lo, up = pld.delta(*cfg, return_bounds=True)
+  assert lo <= up and up >= exact
+  assert float(jaxdp.delta(0.0, 1.0, 5, 1.0)) == 0.0        # truly zero stays zero
+  assert float(jaxdp.delta(0.5, 1.0, 0, 1.0)) == 0.0
