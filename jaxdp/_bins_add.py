@@ -58,6 +58,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
+from jaxdp import rdp as _rdp
+
 __all__ = ["log_neg_moment_upper"]
 
 _NZ = 128          # z-cells per quadrature
@@ -131,13 +133,9 @@ def _lse(x, axis=-1):
 
 
 def _bisect(f, lo, hi, iters):
-  """Root of f with f(lo) > 0 > f(hi), vectorised (signs only)."""
-  def body(_, c):
-    lo, hi = c
-    mid = 0.5 * (lo + hi)
-    pos = f(mid) > 0
-    return jnp.where(pos, mid, lo), jnp.where(pos, hi, mid)
-  lo, hi = jax.lax.fori_loop(0, iters, body, (lo, hi))
+  """Root of f with f(lo) > 0 > f(hi), vectorised (signs only): the midpoint
+  of :func:`jaxdp.rdp._bisect`'s final bracket."""
+  lo, hi = _rdp._bisect(f, lo, hi, iters)  # pylint: disable=protected-access
   return 0.5 * (lo + hi)
 
 
