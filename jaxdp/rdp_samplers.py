@@ -823,10 +823,10 @@ def balls_in_bins_gaussian_epoch(dataset_size, batch_size, sigma, alpha, directi
   * add, D_α(Q‖P) = log E[M^{1-α}]/(α-1), bounded by the minimum of
     - AM–GM (M ≥ geometric mean): (α-1)/(2kσ²) + 1/(2σ²);
     - HM–AM (M ≥ harmonic mean, FS Cor. 6.2): 1/σ² + log E[M^{α-1}]/(α-1);
-    - (float64 only) the certified quadrature of :mod:`jaxdp._bins_add`:
-      M^{1-α} = Γ(α-1)⁻¹ ∫ u^{α-2} e^{-uM} du turns E[M^{1-α}] into a 1-D
-      integral of φ(u/k)^k, φ the Laplace transform of the lognormal L, and
-      every discretisation, tail and rounding step is bounded upwards.
+    - (float64 only) the certified quadrature of ``jaxdp._bins_add``:
+    M^{1-α} = Γ(α-1)⁻¹ ∫ u^{α-2} e^{-uM} du turns E[M^{1-α}] into a 1-D
+    integral of φ(u/k)^k, φ the Laplace transform of the lognormal L, and
+    every discretisation, tail and rounding step is bounded upwards.
   * both bounded by the unamplified α/(2σ²) (joint quasi-convexity).
 
   THE GAP (closed at float64): AM–GM and HM–AM keep 1/(2σ²) per epoch as
