@@ -64,8 +64,11 @@ def _untruncated(sampler):
   return dataclasses.replace(sampler, capacity=sampler.dataset_size)
 
 
-def _epochs(sampler, steps):
-  return np.ceil(np.asarray(steps, np.float64) / sampler.steps_per_epoch - 1e-12)
+def _overflow(sampler, steps):
+  """overflow_probability for the epochs started by ``steps`` (elementwise)."""
+  epochs = np.ceil(np.asarray(steps, np.float64) / sampler.steps_per_epoch - 1e-12)
+  return np.vectorize(lambda e: overflow_probability(sampler.dataset_size, sampler.batch_size,
+                                                     sampler.capacity, e))(epochs)
 
 
 def delta(forward, sampler, sigma, steps, epsilon, orders):
@@ -76,8 +79,7 @@ def delta(forward, sampler, sigma, steps, epsilon, orders):
   """
   d_u = np.asarray(forward("delta", _untruncated(sampler), sigma, steps, epsilon, orders),
                    np.float64)
-  p = np.vectorize(lambda e: overflow_probability(sampler.dataset_size, sampler.batch_size,
-                                                  sampler.capacity, e))(_epochs(sampler, steps))
+  p = _overflow(sampler, steps)
   with np.errstate(over="ignore"):
     extra = (1.0 + np.exp(np.asarray(epsilon, np.float64))) * p
   return np.minimum(np.nextafter(d_u + extra, np.inf), 1.0)
@@ -94,8 +96,7 @@ def epsilon(forward, sampler, sigma, steps, target_delta, orders):
   unt = _untruncated(sampler)
   e_half = np.asarray(forward("epsilon", unt, sigma, steps, target_delta / 2.0, orders),
                       np.float64)
-  p = np.vectorize(lambda e: overflow_probability(sampler.dataset_size, sampler.batch_size,
-                                                  sampler.capacity, e))(_epochs(sampler, steps))
+  p = _overflow(sampler, steps)
   with np.errstate(over="ignore"):
     extra = np.nextafter((1.0 + np.exp(np.minimum(e_half, 700.0))) * p, np.inf)
   ok = np.isfinite(e_half) & (e_half < 700.0) & (extra <= target_delta / 2.0)
