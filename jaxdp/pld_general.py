@@ -77,6 +77,8 @@ from scipy import special as sps
 
 from jaxdp import _guards
 from jaxdp import _numerics as nx
+from jaxdp import _pair_types
+from jaxdp import _pairs_discretise
 from jaxdp import pairs as _pairs
 
 __all__ = ["epsilon", "delta", "grid_interval"]
@@ -130,7 +132,7 @@ def _discretize(pair, h, zeta, cache, optimistic=True):
   if key not in cache:
     try:
       cache[key] = (_pairs.discretize(pair, h, zeta=zeta, optimistic=optimistic), pair)
-    except _pairs._GridTooLarge as e:  # pylint: disable=protected-access
+    except _pairs_discretise._GridTooLarge as e:  # pylint: disable=protected-access
       raise _TooLarge(str(e)) from None
   return cache[key][0]
 
@@ -189,7 +191,8 @@ def _top_loss(pair):
     return float(np.asarray(pair.loss(np.array([float(pair.x_hi)]))).ravel()[0])
   if isinstance(pair, _pairs.SymmetrizedPair):
     return _top_loss(pair.base)
-  return max(_top_loss(p) for sub in pair.pairs for p in _pairs._split(sub))  # pylint: disable=protected-access
+  split = _pair_types._split  # pylint: disable=protected-access
+  return max(_top_loss(p) for sub in pair.pairs for p in split(sub))
 
 
 # --------------------------------------------------------------------------
