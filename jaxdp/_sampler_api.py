@@ -124,7 +124,7 @@ def truncated_poisson_gaussian(dataset_size, q, capacity, sigma, *, both_sizes=F
   steps, so use it only where T·Δt is small (it suits one composition of many
   different events, as in an accountant).
   """
-  from jaxdp import rdp_samplers as rs  # pylint: disable=g-import-not-at-top
+  from jaxdp import _rdp_truncated as rs  # pylint: disable=g-import-not-at-top
   sigma = _pairs._check_sigma(sigma)  # pylint: disable=protected-access
   q = float(q)
   sizes = (dataset_size, dataset_size + 1) if both_sizes else (dataset_size,)
