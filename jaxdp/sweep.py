@@ -55,6 +55,7 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
+from jaxdp import _calibrate_boundary
 from jaxdp import _numerics as nx
 from jaxdp import calibrate as _cal
 from jaxdp import rdp
@@ -338,7 +339,7 @@ def _calibrated(fn, names, arrays, kwargs, devices, chunk_size, progress, desc, 
   _join(collective)
   local = np.empty(hi - lo)
   bar = _progress(hi - lo, progress, desc)
-  with _cal._use_sharding(sharding if sharding.mesh.devices.size > 1 else None):
+  with _calibrate_boundary._use_sharding(sharding if sharding.mesh.devices.size > 1 else None):
     for start in range(lo, hi, size):
       parts = [a[start:min(start + size, hi)] for a in flat]
       m = parts[0].size

@@ -1,0 +1,442 @@
+"""Host-level drivers of :mod:`jaxdp.calibrate`: σ or q at the ε boundary.
+
+The parametrisations x ↦ (q, σ), the chunked execution of the jitted solver
+kernels (optionally sharded, for :mod:`jaxdp.sweep`), the certifying ε checks
+by :func:`jaxdp.epsilon`, and the RDP (two-phase, order windows) and PLD
+(host-level bracketing) boundary solvers. The public functions and the method
+are described in :mod:`jaxdp.calibrate`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdp import _continuous_order
+from jaxdp import _grid_search
+from jaxdp import _numerics as nx
+from jaxdp import rdp
+from jaxdp._bracket import _MAX_ITER, _done, _init, _propose, _solve, _update
+
+#: σ is searched in this range: σ = SIGMA_RANGE[0] is returned when it already
+#: meets the target, inf when even SIGMA_RANGE[1] does not.
+SIGMA_RANGE = (1e-3, 1e7)
+#: Smallest sampling rate searched; below it ``sampling_rate`` returns 0.
+MIN_SAMPLING_RATE = 1e-12
+
+_CHUNK = 256           # configurations per jitted call (fixed: one compile)
+_SMALL = 16            # chunk for small calls (single configurations, CLI)
+_CHEAP_MAX_ORDER = 64  # integer orders up to this form the cheap phase-1 set
+_ROUNDS = 4            # refinement rounds with expensive-order windows
+_WINDOW = 3            # orders per refinement window
+_BUMPS = 40            # feasibility step-ups before giving up (never reached)
+
+_D = rdp.DEFAULT_ORDERS
+_DEFAULT_CHEAP = tuple(float(o) for o in _D[(_D == np.floor(_D)) & (_D <= _CHEAP_MAX_ORDER)])
+
+# Optional sharding for the chunked kernels (set by jaxdp.sweep).
+_SHARDING = contextvars.ContextVar("jaxdp_calibrate_sharding", default=None)
+
+
+@contextlib.contextmanager
+def _use_sharding(sharding):
+  token = _SHARDING.set(sharding)
+  try:
+    yield
+  finally:
+    _SHARDING.reset(token)
+
+
+# --------------------------------------------------------------------------
+# Parametrisations: x ↦ (q, σ)
+# --------------------------------------------------------------------------
+
+
+def _bounds(kind, dtype=jnp.float64):
+  if kind == "sigma":
+    return math.log(SIGMA_RANGE[0]), math.log(SIGMA_RANGE[1])
+  return 0.0, -math.log(MIN_SAMPLING_RATE)
+
+
+def _qs(kind, x, a):
+  """(q, σ) from the unknown x and the known parameter a."""
+  if kind == "sigma":
+    return a, jnp.exp(x)
+  return jnp.exp(-x), a
+
+
+def _first_guess(kind, target, delta, a, steps):
+  """Closed-form start: ε ≈ q √(2 T log(1/δ)) / σ (Gaussian-regime RDP)."""
+  c = np.sqrt(2.0 * np.maximum(steps, 1.0) * np.log(1.0 / delta))
+  t = np.maximum(target, 1e-12)
+  with np.errstate(divide="ignore", over="ignore"):
+    if kind == "sigma":
+      return np.log(np.maximum(a * c / t, 1e-300))
+    return -np.log(np.minimum(t * a / c, 1.0))
+
+
+# --------------------------------------------------------------------------
+# Chunked execution of jitted kernels
+# --------------------------------------------------------------------------
+
+
+def _chunk_size(n):
+  """Chunk length: 16 for small calls, else 256 — only two shapes ever compile."""
+  return _SMALL if n <= _SMALL else _CHUNK
+
+
+_PAD = {"x": 0.0, "a": 0.5, "b": 1.0, "t": 1.0, "d": 1e-5, "q": 0.5, "s": 1.0, "w": 2.0}
+
+
+def _map_chunks(fn, arrays, pads):
+  """Applies jitted ``fn`` to equal-length host arrays in padded chunks.
+
+  Chunks have one of two fixed lengths (:func:`_chunk_size`) so that each
+  kernel compiles at most twice. Under :func:`_use_sharding` each chunk is
+  placed with the given sharding and is ``_CHUNK`` per device long.
+  """
+  n = arrays[0].shape[0]
+  if n == 0:
+    return None
+  sharding = _SHARDING.get()
+  size = _chunk_size(n)
+  if sharding is not None:
+    size = _CHUNK * sharding.mesh.devices.size
+  outs = []
+  for start in range(0, n, size):
+    parts = [a[start:start + size] for a in arrays]
+    m = parts[0].shape[0]
+    if m < size:
+      parts = [np.concatenate([p, np.full((size - m,) + p.shape[1:], v, p.dtype)])
+               for p, v in zip(parts, pads)]
+    if sharding is not None:
+      parts = [jax.device_put(p, sharding if p.ndim == 1 else jax.sharding.NamedSharding(
+          sharding.mesh, jax.sharding.PartitionSpec(*sharding.spec, None))) for p in parts]
+    else:
+      parts = [jnp.asarray(p) for p in parts]
+    res = fn(*parts)
+    res = res if isinstance(res, tuple) else (res,)
+    outs.append(tuple(np.asarray(r)[:m] for r in res))
+  return tuple(np.concatenate([o[i] for o in outs]) for i in range(len(outs[0])))
+
+
+@functools.lru_cache(maxsize=64)
+def _solver_fn(kind, orders_key, max_iter=_MAX_ITER):
+  orders = np.asarray(orders_key)
+  xmin, xmax = _bounds(kind)
+
+  def run(x0, a, b, t, d, tol):
+    def eps_of_x(x):
+      q, s = _qs(kind, x, a)
+      return rdp.dpsgd_epsilon(q, s, b, d, orders)
+
+    s = _solve(eps_of_x, t, x0, xmin, xmax, tol, max_iter)
+    q, sg = _qs(kind, s.hi, a)
+    _, best = rdp.to_epsilon(rdp.dpsgd_rdp(q, sg, b, orders), orders, d)
+    return s.hi, s.has_hi, s.eps_hi, best, s.has_lo
+
+  return jax.jit(run)
+
+
+def _window_epsilon(q, s, b, d, win):
+  per = rdp.sampled_gaussian(q[..., None], s[..., None], win)
+  return rdp.to_epsilon(b[..., None] * per, win, d)[0]
+
+
+@functools.lru_cache(maxsize=8)
+def _window_solver_fn(kind):
+  xmin, xmax = _bounds(kind)
+
+  def run(x0, a, b, t, d, tol, win):
+    def eps_of_x(x):
+      q, s = _qs(kind, x, a)
+      return _window_epsilon(q, s, b, d, win)
+
+    # Only a boundary below x0 (the current answer) can improve it: search
+    # [xmin, x0], so configurations already infeasible at x0 stop at once.
+    s = _solve(eps_of_x, t, x0, xmin, x0, tol)
+    return s.hi, s.has_hi, s.eps_hi
+
+  return jax.jit(run)
+
+
+@functools.lru_cache(maxsize=8)
+def _continuous_solver_fn(kind):
+  """Boundary of the ε minimised over every real order in [lo, hi]
+  (golden section, :mod:`jaxdp._continuous_order`), searched below x0."""
+  xmin, _ = _bounds(kind)
+
+  def run(x0, a, b, t, d, tol, lo, hi):
+    def eps_of_x(x):
+      q, s = _qs(kind, x, a)
+      return _continuous_order.golden_minimum(q, s, b, d, lo, hi, kind="epsilon",
+                                              method="improved", nodes=rdp._NODES_PER_WINDOW)
+
+    s = _solve(eps_of_x, t, x0, xmin, x0, tol)
+    return s.hi, s.has_hi, s.eps_hi
+
+  return jax.jit(run)
+
+
+@functools.lru_cache(maxsize=32)
+def _curve_fn(orders_key, with_order):
+  orders = np.asarray(orders_key)
+
+  def run(q, s, b, d):
+    eps, best = rdp.to_epsilon(rdp.dpsgd_rdp(q, s, b, orders), orders, d)
+    return (eps, best) if with_order else eps
+
+  return jax.jit(run)
+
+
+@functools.lru_cache(maxsize=32)
+def _per_step_fn(orders_key):
+  orders = np.asarray(orders_key)
+  return jax.jit(lambda q, s: rdp.dpsgd_rdp(q, s, jnp.ones_like(q), orders))
+
+
+def _orders_key(orders):
+  return tuple(float(o) for o in np.asarray(orders, np.float64).ravel())
+
+
+def _check_epsilon_rdp(q, s, t_steps, d, orders):
+  """ε by :func:`jaxdp.epsilon` (the public path), sizes padded to powers of two."""
+  from jaxdp import _api
+  n = q.shape[0]
+  size = _chunk_size(n)
+  out = []
+  for start in range(0, n, size):
+    parts = [a[start:start + size] for a in (q, s, t_steps, d)]
+    m = parts[0].shape[0]
+    parts = [np.concatenate([p, np.full(size - m, v)]) for p, v in zip(parts, (0.5, 1.0, 1.0, 1e-5))]
+    e = _api.epsilon(*parts, orders=None if orders is None else np.asarray(orders))
+    out.append(np.asarray(e, np.float64)[:m])
+  return np.concatenate(out) if out else np.zeros(0)
+
+
+def _check_epsilon(kind_acc, q, s, t_steps, d, orders):
+  if kind_acc == "pld":
+    from jaxdp import _api
+    if q.shape[0] == 0:
+      return np.zeros(0)
+    return np.asarray(_api.epsilon(q, s, t_steps, d, accountant="pld"), np.float64).reshape(-1)
+  return _check_epsilon_rdp(q, s, t_steps, d, orders)
+
+
+# --------------------------------------------------------------------------
+# Host-level drivers
+# --------------------------------------------------------------------------
+
+
+def _from_x(kind, x):
+  xmin, _ = _bounds(kind)
+  if kind == "sigma":
+    return np.where(x <= xmin, SIGMA_RANGE[0], np.exp(x))
+  return np.where(x <= xmin, 1.0, np.exp(-x))
+
+
+def _small_boundary(kind, target, delta, a, b, orders_checked, rtol):
+  """A few targets (one question from the command line): rounds of 16 probes
+  per target through :func:`jaxdp.epsilon` itself (:mod:`jaxdp._grid_search`),
+  which reuses its compiled programs instead of compiling the solver's. The
+  answer's ε was evaluated by that function and is <= the target; the probe
+  a factor e^{-rtol/2} below it (q: above it) was not. Returns (value, unreachable)."""
+  xmin, xmax = _bounds(kind)
+
+  def eps_at(idx, x):
+    m, p = x.shape
+    v = _from_x(kind, x.reshape(-1))
+    known = np.repeat(a[idx], p)
+    q, s = (known, v) if kind == "sigma" else (v, known)
+    return _check_epsilon_rdp(q, s, np.repeat(b[idx], p), np.repeat(delta[idx], p),
+                              orders_checked).reshape(m, p)
+
+  x, _, feasible = _grid_search.boundary(eps_at, target, xmin, xmax, 0.5 * rtol)
+  return _from_x(kind, x), ~feasible
+
+def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
+  """Solve for σ (kind "sigma", a = q) or q (kind "q", a = σ) under RDP.
+
+  Returns (value, unreachable) on flat arrays.
+  """
+  n = target.shape[0]
+  if n <= _SMALL:
+    return _small_boundary(kind, target, delta, a, b, orders_checked, rtol)
+  tol = 0.5 * rtol
+  xmin, xmax = _bounds(kind)
+  cheap = orders[(orders == np.floor(orders)) & (orders <= _CHEAP_MAX_ORDER)]
+  single = cheap.size in (0, orders.size)
+  phase1 = orders if single else cheap
+  x0 = _first_guess(kind, target, delta, a, b)
+  x0 = np.clip(np.where(np.isfinite(x0), x0, xmax), xmin, xmax)
+  tolv = np.full(n, tol)
+  hi, has_hi, eps_hi, best_c, _ = _map_chunks(
+      _solver_fn(kind, _orders_key(phase1)), [x0, a, b, target, delta, tolv],
+      [_PAD[k] for k in "xabtdt"])
+  x = np.where(has_hi, hi, xmax)
+  eps_ref = np.where(has_hi, eps_hi, np.inf)   # ε of the order set that found x
+
+  def qs(xv, idx):
+    v = _from_x(kind, xv)
+    return (a[idx], v) if kind == "sigma" else (v, a[idx])
+
+  def window_solve(idx, win):
+    """Boundary over the orders ``win`` (per configuration); keeps the min."""
+    xw, okw, epsw = _map_chunks(
+        _window_solver_fn(kind), [x[idx], a[idx], b[idx], target[idx], delta[idx],
+                                  tolv[idx], win],
+        [0.0, 0.5, 1.0, 1.0, 1e-5, tol, 2.0])
+    better = okw & (xw < x[idx])
+    x[idx] = np.where(better, xw, x[idx])
+    eps_ref[idx] = np.where(better, epsw, eps_ref[idx])
+    return better
+
+  if not single:
+    # The best full-set order is nearly always a neighbour (in the sorted
+    # full list) of the best cheap order: solve on the expensive neighbours
+    # before the (single) full check.
+    pos = np.clip(np.searchsorted(orders, best_c), 0, orders.size - 1)
+    left = orders[np.maximum(pos - 1, 0)]
+    right = orders[np.minimum(pos + 1, orders.size - 1)]
+    exp_l = ~np.isin(left, cheap) & (pos > 0)
+    exp_r = ~np.isin(right, cheap) & (pos < orders.size - 1)
+    cand = has_hi & (exp_l | exp_r)
+    idx = np.nonzero(cand)[0]
+    if idx.size:
+      win = np.stack([np.where(exp_l, left, right)[idx], np.where(exp_r, right, left)[idx]], 1)
+      window_solve(idx, win)
+  q_, s_ = qs(x, np.arange(n))
+  e_full = _check_epsilon_rdp(q_, s_, b, delta, orders_checked)
+  unreachable = ~has_hi & (e_full > target)
+  if not single:
+    # Where the cheap boundary sits on a jump of ε (the KL branch of the
+    # conversion switching on), the full boundary may lie anywhere below it:
+    # solve those with the full order set directly.
+    gap = max(1e-3, 50.0 * rtol)
+    jump = ~unreachable & (eps_ref < target * (1.0 - gap))
+    # Elsewhere, refine where an order outside those solved beats them at x.
+    refine = ~unreachable & ~jump & (e_full < eps_ref * (1.0 - 1e-10))
+    for _ in range(_ROUNDS):
+      idx = np.nonzero(refine)[0]
+      if idx.size == 0:
+        break
+      qi, si = qs(x[idx], idx)
+      _, best = _map_chunks(_curve_fn(_orders_key(orders), True),
+                            [qi, si, b[idx], delta[idx]], [0.5, 1.0, 1.0, 1e-5])
+      pos = np.clip(np.searchsorted(orders, best), 0, orders.size - 1)
+      k = min(_WINDOW, orders.size)
+      start = np.clip(pos - (k // 2), 0, orders.size - k)
+      better = window_solve(idx, orders[start[:, None] + np.arange(k)[None, :]])
+      qi, si = qs(x[idx], idx)
+      e_full[idx] = _check_epsilon_rdp(qi, si, b[idx], delta[idx], orders_checked)
+      refine = np.zeros(n, bool)
+      refine[idx] = better & (e_full[idx] < eps_ref[idx] * (1.0 - 1e-10))
+      jump[idx] |= better & (eps_ref[idx] < target[idx] * (1.0 - gap))
+    jump |= refine  # not settled by the windows: full solve
+    idx = np.nonzero(jump)[0]
+    if idx.size:
+      xf, okf, _, _, _ = _map_chunks(
+          _solver_fn(kind, _orders_key(orders)),
+          [x[idx], a[idx], b[idx], target[idx], delta[idx], tolv[idx]],
+          [_PAD[k] for k in "xabtdt"])
+      x[idx] = np.where(okf & (xf < x[idx]), xf, x[idx])
+      qi, si = qs(x[idx], idx)
+      e_full[idx] = _check_epsilon_rdp(qi, si, b[idx], delta[idx], orders_checked)
+  if orders_checked is None:
+    # Default orders: ε is the minimum over every real α > 1 (jaxdp.epsilon
+    # with orders=None), so solve once more on the golden-section minimum in
+    # the bracket around the best grid order at the current boundary.
+    idx = np.nonzero(~unreachable)[0]
+    if idx.size:
+      qi, si = qs(x[idx], idx)
+      _, best = _map_chunks(_curve_fn(_orders_key(orders), True),
+                            [qi, si, b[idx], delta[idx]], [0.5, 1.0, 1.0, 1e-5])
+      pos = np.clip(np.searchsorted(orders, best), 0, orders.size - 1)
+      lo, hi = _continuous_order.bracket(orders, pos)
+      xc, okc, _ = _map_chunks(
+          _continuous_solver_fn(kind),
+          [x[idx], a[idx], b[idx], target[idx], delta[idx], tolv[idx], lo, hi],
+          [0.0, 0.5, 1.0, 1.0, 1e-5, tol, 1.5, 3.0])
+      better = okc & (xc < x[idx])
+      if np.any(better):
+        sel = idx[better]
+        x[sel] = xc[better]
+        qi, si = qs(x[sel], sel)
+        e_full[sel] = _check_epsilon_rdp(qi, si, b[sel], delta[sel], orders_checked)
+  value = _from_x(kind, x)
+  value = _make_feasible(kind, "rdp", value, e_full, target, delta, a, b, orders_checked,
+                         skip=unreachable)
+  return value, unreachable
+
+
+def _make_feasible(kind, acc, value, e_full, target, delta, a, b, orders_checked, skip):
+  """Steps σ up (q down) until the public ε meets the target; never overspends."""
+  value = value.copy()
+  bad = (e_full > target) & ~skip
+  for j in range(_BUMPS):
+    idx = np.nonzero(bad)[0]
+    if idx.size == 0:
+      return value
+    factor = 2.0**-44 * 4.0**j
+    if kind == "sigma":
+      value[idx] = value[idx] * (1.0 + factor)
+      e = _check_epsilon(acc, a[idx], value[idx], b[idx], delta[idx], orders_checked)
+    else:
+      value[idx] = value[idx] * max(0.0, 1.0 - factor)
+      e = _check_epsilon(acc, value[idx], a[idx], b[idx], delta[idx], orders_checked)
+    bad[idx] = e > target[idx]
+  # Unreachable in practice; never return something that overspends.
+  value[bad] = np.inf if kind == "sigma" else 0.0
+  return value
+
+
+def _pld_boundary(kind, target, delta, a, b, rtol):
+  """Host-level bracketing solve on batched PLD ε (same algorithm as the kernel)."""
+  n = target.shape[0]
+  tol = 0.5 * max(rtol, 1e-9)
+  xmin, xmax = _bounds(kind)
+  # Start from the cheap-order RDP answer (RDP over-estimates ε, so it is
+  # nearly always feasible for PLD).
+  cheap = _DEFAULT_CHEAP
+  x0 = _first_guess(kind, target, delta, a, b)
+  x0 = np.clip(np.where(np.isfinite(x0), x0, xmax), xmin, xmax)
+  hi, has_hi, _, _, _ = _map_chunks(_solver_fn(kind, cheap, 40),
+                                    [x0, a, b, target, delta, np.full(n, 1e-3)],
+                                    [_PAD[k] for k in "xabtdt"])
+  x0 = np.where(has_hi, hi, x0)
+
+  def eps_of_x(x, idx):
+    v = _from_x(kind, x)
+    q, s = (a[idx], v) if kind == "sigma" else (v, a[idx])
+    return _check_epsilon("pld", q, s, b[idx], delta[idx], None)
+
+  with nx.x64():
+    st = _init(jnp.asarray(x0), jnp.asarray(eps_of_x(x0, np.arange(n))), jnp.asarray(target),
+               xmin, xmax)
+    for _ in range(60):
+      done = np.asarray(_done(st, xmin, xmax, tol))
+      if done.all():
+        break
+      p = np.asarray(_propose(st, xmin, xmax, tol))
+      idx = np.nonzero(~done)[0]
+      e = np.zeros(n)
+      e[idx] = eps_of_x(p[idx], idx)
+      st = _update(st, jnp.asarray(p), jnp.asarray(e), jnp.asarray(target), jnp.asarray(~done))
+    hi = np.asarray(st.hi)
+    has_hi = np.asarray(st.has_hi)
+  unreachable = ~has_hi
+  return np.where(has_hi, _from_x(kind, hi), np.nan), unreachable
+
+
+def _boundary(kind, accountant, target, delta, a, b, orders_checked, orders, rtol):
+  """σ or q at the ε boundary by the chosen accountant, in float64 (scoped)."""
+  with nx.x64():
+    if accountant == "rdp":
+      return _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol)
+    return _pld_boundary(kind, target, delta, a, b, rtol)
