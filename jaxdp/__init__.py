@@ -4,7 +4,7 @@ Top level: :func:`epsilon` and :func:`delta` for DP-SGD (``steps`` compositions
 of the Poisson-sampled Gaussian mechanism). Submodules (imported lazily):
 ``rdp``, ``profiles``, ``pld``, ``cdp``, ``composition``, ``events``,
 ``accountant``, ``calibrate``, ``optax``, ``sweep``, ``sampling``,
-``rdp_samplers``, ``cli``, ``tuning``, ``tradeoff``, ``pld_accountant``,
+``rdp_samplers``, ``rdp_relations``, ``cli``, ``tuning``, ``tradeoff``, ``pld_accountant``,
 ``mechanisms``, ``pairs``, ``pld_general``. :func:`enable_compilation_cache` turns on JAX's
 persistent compilation cache (the ``jaxdp`` command does it by default).
 """
@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = (
     "rdp", "profiles", "pld", "cdp", "composition", "events", "accountant",
-    "calibrate", "optax", "sweep", "sampling", "rdp_samplers", "cli",
+    "calibrate", "optax", "sweep", "sampling", "rdp_samplers", "rdp_relations", "cli",
     "tuning", "tradeoff", "pld_accountant", "mechanisms", "pairs", "pld_general",
 )
 

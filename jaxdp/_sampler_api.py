@@ -148,21 +148,25 @@ def truncated_poisson_gaussian(dataset_size, q, capacity, sigma, *, both_sizes=F
   return _pairs.Mechanism(*blocks)
 
 
-def event_mechanisms(event, relation="add_remove"):
+def event_mechanisms(event):
   """Dominating pairs of one sampler event: a list of :class:`jaxdp.pairs.Mechanism`
   whose composed answers are maxed over (two for truncated Poisson: the
-  neighbour sizes N and N + 1; one otherwise). ``relation`` is the sampler's
-  (a ``SampledGaussian`` carries none). σ is the noise multiplier std / C.
+  neighbour sizes N and N + 1; one otherwise), under the event's ``relation``.
+  σ is the noise multiplier std / C.
 
   Raises:
-    TypeError: for an event without dominating pairs here (balls-in-bins).
+    TypeError: for an event without dominating pairs here (balls-in-bins;
+      truncated Poisson under replace-one with capacity < N).
   """
   if isinstance(event, _events.SampledGaussian):
-    return [poisson_gaussian(float(event.q), float(event.sigma), relation)]
+    return [poisson_gaussian(float(event.q), float(event.sigma), event.relation)]
   if isinstance(event, _events.TruncatedPoissonGaussian):
     n, q, cap, s = (float(v) for v in (event.dataset_size, event.q, event.capacity, event.sigma))
     if cap >= n:
-      return [poisson_gaussian(q, s)]
+      return [poisson_gaussian(q, s, event.relation)]
+    if event.relation == "replace_one":
+      raise TypeError("No replace-one dominating pair for truncated Poisson sampling with "
+                      "capacity < dataset_size (accountant='rdp' only: the weak-triangle bound).")
     return [truncated_poisson_gaussian(n, q, cap, s), truncated_poisson_gaussian(n + 1, q, cap, s)]
   if isinstance(event, _events.SampledWithoutReplacementGaussian):
     return [without_replacement_gaussian(event.dataset_size, event.batch_size, float(event.sigma),
@@ -227,7 +231,7 @@ def _forward(kind, sampler, sigma, steps, value, accountant, orders):
   if accountant != "rdp":
     raise ValueError(f"accountant must be 'rdp' or 'pld'; found {accountant!r}.")
   ev = sampler.event(float(sigma.reshape(-1)[0]) if sigma.size else 1.0)
-  if isinstance(ev, _events.SampledGaussian):
+  if isinstance(ev, _events.SampledGaussian) and ev.relation == "add_remove":
     # Untruncated Poisson sampling IS the Poisson-sampled Gaussian: the same
     # answer as jaxdp.epsilon at rate q (every real order by default).
     from jaxdp import _api  # pylint: disable=g-import-not-at-top
@@ -269,7 +273,7 @@ def _pld_equivalent(sampler, sigma, steps):
   event, for the fast tight path (:mod:`jaxdp.pld`); None where there is none."""
   ev = sampler.event(float(np.asarray(sigma).reshape(-1)[0]))
   count = compositions(sampler, ev, steps)
-  if isinstance(ev, _events.SampledGaussian) and _relation(sampler) == "add_remove":
+  if isinstance(ev, _events.SampledGaussian) and ev.relation == "add_remove":
     return float(ev.q), sigma, count
   if isinstance(ev, _events.ShuffledGaussian):
     return 1.0, sigma / 2.0, count
@@ -281,24 +285,21 @@ def _pld_equivalent(sampler, sigma, steps):
   return None
 
 
-def _relation(sampler):
-  return getattr(sampler, "relation", "add_remove")
-
-
 def _mechanisms(sampler, sigma):
-  """Mechanisms of one step whose composed ε is maxed over (general engine), and
-  whether the event's RDP analyses the same relation (so min with RDP is sound)."""
+  """Mechanisms of one step whose composed ε is maxed over (general engine)."""
   ev = sampler.event(sigma)
-  rel = _relation(sampler)
-  general = (isinstance(ev, _events.TruncatedPoissonGaussian)
-             or (isinstance(ev, _events.SampledWithoutReplacementGaussian) and ev.relation == "replace_one")
-             or (isinstance(ev, _events.SampledGaussian) and rel == "replace_one"))
-  if not general:
+  general = (isinstance(ev, (_events.TruncatedPoissonGaussian, _events.SampledGaussian))
+             or (isinstance(ev, _events.SampledWithoutReplacementGaussian)
+                 and ev.relation == "replace_one"))
+  try:
+    if not general:
+      raise TypeError
+    return event_mechanisms(ev)
+  except TypeError:
     raise ValueError(
         f"accountant='pld' is not available for the {type(sampler).__name__} sampler "
-        f"({type(ev).__name__}) yet; use accountant='rdp' (never a Poisson substitute).")
-  # A SampledGaussian's RDP is add/remove: no RDP bound for replace-one here.
-  return event_mechanisms(ev, rel), not isinstance(ev, _events.SampledGaussian)
+        f"({type(ev).__name__}, relation {getattr(ev, 'relation', 'add_remove')!r}) yet; "
+        "use accountant='rdp' (never a Poisson substitute).") from None
 
 
 def _pld(kind, sampler, sigma, steps, value, orders):
@@ -310,20 +311,18 @@ def _pld(kind, sampler, sigma, steps, value, orders):
     return fn(*fast, value, accountant="pld")
   from jaxdp import pld_general  # pylint: disable=g-import-not-at-top
   out = np.empty(sigma.shape)
-  rdp_ok = True
   for s, t in set(zip(sigma.ravel().tolist(), steps.ravel().tolist())):
     sel = (sigma == s) & (steps == t)
-    mechs, ok = _mechanisms(sampler, s)
-    rdp_ok &= ok
+    mechs = _mechanisms(sampler, s)
     count = int(compositions(sampler, sampler.event(s), t))
     if count == 0:
       out[sel] = 0.0
       continue
     fn = pld_general.epsilon if kind == "epsilon" else pld_general.delta
     out[sel] = np.max([np.asarray(fn([(m, count)], value[sel]), np.float64) for m in mechs], axis=0)
-  if rdp_ok:
-    out = np.minimum(out, np.asarray(_forward(kind, sampler, sigma, steps, value, "rdp", orders),
-                                     np.float64))
+  # Every sampler event's RDP analyses the same relation: the min is sound.
+  out = np.minimum(out, np.asarray(_forward(kind, sampler, sigma, steps, value, "rdp", orders),
+                                   np.float64))
   if kind == "delta":
     out = np.minimum(out, 1.0)
   return nx.to_host(out)

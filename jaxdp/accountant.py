@@ -180,13 +180,34 @@ def _host_sampled_gaussian_kernel(orders_bytes: bytes):
       lambda q, sigma: _rdp.sampled_gaussian(q[..., None], sigma[..., None], orders))
 
 
+def _poisson_add_remove_rdp(event, col, alpha):
+  """Add/remove RDP (both directions) of a ``SampledGaussian`` or
+  ``TruncatedPoissonGaussian`` at orders ``alpha`` (last axis)."""
+  from jaxdp import rdp as _rdp  # pylint: disable=g-import-not-at-top
+  from jaxdp import rdp_samplers as _rs  # pylint: disable=g-import-not-at-top
+  plain = _rdp.sampled_gaussian(col(event.q), col(event.sigma), alpha)
+  if isinstance(event, _events.SampledGaussian):
+    return plain
+  if _numerics.is_concrete(event.capacity) and _numerics.is_concrete(event.dataset_size) and \
+      np.all(np.asarray(event.capacity) >= np.asarray(event.dataset_size)):
+    return plain
+  n, q, cap, s = (col(getattr(event, f)) for f in ("dataset_size", "q", "capacity", "sigma"))
+  # The bound is not monotone in N and an add/remove neighbour has N or N+1
+  # examples: take the larger of the two.
+  trunc = jnp.maximum(_rs.truncated_poisson_gaussian(n, q, cap, s, alpha),
+                      _rs.truncated_poisson_gaussian(n + 1, q, cap, s, alpha))
+  return jnp.where(cap >= n, plain, trunc)
+
+
 def event_rdp(event, orders, dtype=None):
   """RDP curve ε(α) of one event at the given orders (last axis), broadcasting.
 
   The one place that maps an event to its RDP kernel:
 
   * ``SampledGaussian(q, σ)``: :func:`jaxdp.rdp.sampled_gaussian`
-    (Mironov–Talwar–Zhang 2019); ``Gaussian(σ, Δ)``: αΔ²/(2σ²);
+    (Mironov–Talwar–Zhang 2019); under ``relation="replace_one"`` (this event
+    and ``TruncatedPoissonGaussian``) the weak-triangle bound of the
+    add/remove curve, :func:`jaxdp.rdp_relations.replace_one`; ``Gaussian(σ, Δ)``: αΔ²/(2σ²);
     ``Laplace(b)``: Mironov 2017 Prop 6; ``PureDP(ε)``: the randomized-response
     bound.
   * ``RandomizedResponse``, ``DiscreteLaplace``, ``DiscreteGaussian``,
@@ -233,8 +254,12 @@ def event_rdp(event, orders, dtype=None):
     return jnp.asarray(x, dtype)[..., None]
 
   E = _events  # pylint: disable=invalid-name
-  if isinstance(event, E.SampledGaussian):
-    return jnp.asarray(_rdp.sampled_gaussian(col(event.q), col(event.sigma), orders), dtype)
+  if isinstance(event, (E.SampledGaussian, E.TruncatedPoissonGaussian)):
+    curve = functools.partial(_poisson_add_remove_rdp, event, col)
+    if event.relation == "replace_one":
+      from jaxdp import rdp_relations  # pylint: disable=g-import-not-at-top
+      return jnp.asarray(rdp_relations.replace_one(curve, orders), dtype)
+    return jnp.asarray(curve(orders), dtype)
   if isinstance(event, E.Gaussian):
     sens = 1.0 if event.sensitivity is None else event.sensitivity
     return jnp.asarray(_rdp.gaussian(col(event.sigma) / col(sens), orders), dtype)
@@ -247,17 +272,6 @@ def event_rdp(event, orders, dtype=None):
   if isinstance(event, E.PureDP):
     from jaxdp import mechanisms_discrete as _disc  # pylint: disable=g-import-not-at-top
     return jnp.asarray(_disc.pure_dp_rdp(col(event.epsilon), alpha), dtype)
-  if isinstance(event, E.TruncatedPoissonGaussian):
-    n, q, cap, s = (col(x) for x in event)
-    plain = _rdp.sampled_gaussian(q, s, alpha)
-    if _numerics.is_concrete(event.capacity) and _numerics.is_concrete(event.dataset_size) and \
-        np.all(np.asarray(event.capacity) >= np.asarray(event.dataset_size)):
-      return jnp.asarray(plain, dtype)
-    # The bound is not monotone in N and an add/remove neighbour has N or N+1
-    # examples: take the larger of the two.
-    trunc = jnp.maximum(_rs.truncated_poisson_gaussian(n, q, cap, s, alpha),
-                        _rs.truncated_poisson_gaussian(n + 1, q, cap, s, alpha))
-    return jnp.asarray(jnp.where(cap >= n, plain, trunc), dtype)
   if isinstance(event, E.SampledWithoutReplacementGaussian):
     s = col(event.sigma)
     s = s / 2.0 if event.relation == "replace_one" else s
@@ -313,7 +327,7 @@ def rdp(orders=None) -> Accountant:
   def host_event_rdp(event, dtype):
     """Per-event RDP of a concrete event: float64 on the host, rounded up."""
     with jax.ensure_compile_time_eval(), _numerics.x64():
-      if isinstance(event, _events.SampledGaussian):
+      if isinstance(event, _events.SampledGaussian) and event.relation == "add_remove":
         val = host_sampled_gaussian(np.asarray(event.q, np.float64),
                                     np.asarray(event.sigma, np.float64))
       else:
@@ -388,6 +402,8 @@ def cdp() -> Accountant:
       if isinstance(event, _events.SampledGaussian):
         sigma = jnp.broadcast_to(sigma, jnp.broadcast_shapes(
             jnp.shape(event.q), jnp.shape(event.sigma)))
+        if event.relation == "replace_one":
+          sigma = sigma / 2.0  # the sampled example moves the sum by up to 2C
       return 0.5 / jnp.square(sigma)
     if isinstance(event, _events.PureDP):
       eps = jnp.asarray(event.epsilon, dtype)

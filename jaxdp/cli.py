@@ -87,8 +87,8 @@ def _add_mechanism(p, *, sigma=True, q_steps=True):
     g.add_argument("--capacity", type=float, default=None,
                    help="static batch capacity B_MAX of truncated-poisson / balls-in-bins")
     g.add_argument("--relation", choices=("add-remove", "replace-one"), default=None,
-                   help="neighbouring relation (fixed: default replace-one; shuffle: "
-                   "default add-remove; Poisson samplers: add-remove only)")
+                   help="neighbouring relation (fixed: default replace-one; others: default "
+                   "add-remove; balls-in-bins: add-remove only)")
   p.add_argument("--accountant", choices=("rdp", "pld"), default="rdp",
                  help="rdp: Renyi DP (fast, default); pld: privacy-loss distributions "
                  "(tighter, slower)")
@@ -270,6 +270,7 @@ def _need(args, name, flag):
 
 
 _SAMPLER_CHOICES = ("poisson", "truncated-poisson", "fixed", "balls-in-bins", "shuffle")
+_MAX_N = 2**31 - 1  # a placeholder dataset size where the event does not depend on N
 
 
 def _sampler(args):
@@ -278,11 +279,21 @@ def _sampler(args):
   name = getattr(args, "sampler", None)
   relation = None if args.relation is None else args.relation.replace("-", "_")
   if name in (None, "poisson"):
-    if relation not in (None, "add_remove"):
-      raise ValueError(f"--relation {args.relation} is not available for Poisson sampling.")
     if args.capacity is not None:
       raise ValueError("--capacity needs --sampler truncated-poisson or balls-in-bins.")
-    return None
+    if relation in (None, "add_remove"):
+      return None
+    # Replace-one Poisson without truncation: the event SampledGaussian(q, σ,
+    # "replace_one") does not depend on N, so any N >= 1 with capacity N
+    # gives it; q = 1 is a template for --solve sampling-rate (replaced).
+    n = _MAX_N if args.dataset_size is None else int(args.dataset_size)
+    if args.q is not None:
+      q = args.q
+    elif args.batch_size is not None:
+      q = args.batch_size / n
+    else:
+      q = 1.0
+    return sampling.poisson(n, q, n, relation)
   n, b = args.dataset_size, args.batch_size
   if n is None or b is None:
     raise ValueError(f"--sampler {name} needs --dataset-size and --batch-size.")
@@ -290,11 +301,11 @@ def _sampler(args):
   if name in ("truncated-poisson", "balls-in-bins"):
     if args.capacity is None:
       raise ValueError(f"--sampler {name} needs --capacity.")
-    if relation not in (None, "add_remove"):
-      raise ValueError(f"--relation {args.relation} is not available for --sampler {name}.")
     cap = int(args.capacity)
     if name == "truncated-poisson":
-      return sampling.poisson(n, b / n, cap)
+      return sampling.poisson(n, b / n, cap, relation or "add_remove")
+    if relation not in (None, "add_remove"):
+      raise ValueError(f"--relation {args.relation} is not available for --sampler {name}.")
     return sampling.balls_in_bins(n, b, cap)
   if args.capacity is not None:
     raise ValueError(f"--capacity does not apply to --sampler {name}.")
@@ -304,21 +315,25 @@ def _sampler(args):
   return sampling.shuffle(n, b, **kw)
 
 
+def _replace_one(args) -> bool:
+  return getattr(args, "relation", None) == "replace-one"
+
+
 def _cmd_forward(args) -> int:
   import jaxdp
   tuning = getattr(args, "tuning", None)
   if tuning is not None:
     if args.accountant != "rdp":
       raise ValueError("--tuning needs --accountant rdp (the tuning theorems are RDP bounds).")
-    if args.sampler not in (None, "poisson"):
-      raise ValueError("--tuning is available for Poisson sampling at rate --q only, "
-                       "not with --sampler.")
+    if args.sampler not in (None, "poisson") or _replace_one(args):
+      raise ValueError("--tuning is available for add/remove Poisson sampling at rate --q "
+                       "only, not with --sampler or --relation replace-one.")
   fprs = getattr(args, "tradeoff", None)
   if fprs is not None and tuning is not None:
     raise ValueError("--tradeoff cannot be combined with --tuning (the curve is of one run).")
-  if fprs is not None and args.sampler not in (None, "poisson"):
-    raise ValueError("--tradeoff is available for Poisson sampling at rate --q only, "
-                     "not with --sampler.")
+  if fprs is not None and (args.sampler not in (None, "poisson") or _replace_one(args)):
+    raise ValueError("--tradeoff is available for add/remove Poisson sampling at rate --q "
+                     "only, not with --sampler or --relation replace-one.")
   smp = _sampler(args)
   q, steps = _resolve_q_steps(args)
   if smp is not None:
@@ -393,7 +408,7 @@ def _cmd_calibrate(args) -> int:
     value = calibrate.sampling_rate(args.target_epsilon, args.delta, sigma, steps,
                                     rtol=args.rtol, sampler=smp, **_acc(args))
     print(f"q = {_fmt(value)}")
-    if smp is not None and args.sampler != "truncated-poisson":
+    if smp is not None and args.sampler not in (None, "poisson", "truncated-poisson"):
       print(f"batch_size = {round(value * smp.dataset_size)}")
     elif args.dataset_size is not None:
       print(f"batch_size = {_fmt(math.floor(value * args.dataset_size + 1e-9))}")

@@ -135,6 +135,7 @@ _FIELD_CHECKS = {
     "SampledGaussian": {
         "q": dict(low=0.0, high=1.0),
         "sigma": dict(low=0.0, low_open=True),
+        "relation": _RELATION,
     },
     "Laplace": {"b": dict(low=0.0, low_open=True)},
     "PureDP": {"epsilon": dict(low=0.0)},
@@ -154,6 +155,7 @@ _FIELD_CHECKS = {
         "q": _RATE,
         "capacity": _SIZE,
         "sigma": _SIGMA,
+        "relation": _RELATION,
     },
     "SampledWithoutReplacementGaussian": {
         "dataset_size": _SIZE,
@@ -317,13 +319,23 @@ class Gaussian(_Event, collections.namedtuple("Gaussian", ["sigma", "sensitivity
   __slots__ = ()
 
 
+@_register_static
 class SampledGaussian(
-    _Event, collections.namedtuple("SampledGaussian", ["q", "sigma"])):
+    _Event, collections.namedtuple("SampledGaussian", ["q", "sigma", "relation"],
+                                   defaults=("add_remove",))):
   """Poisson-subsampled Gaussian mechanism: rate ``q`` in [0, 1], ``sigma`` > 0.
 
   The DP-SGD step (Mironov–Talwar–Zhang 2019): each example is included
   independently with probability ``q`` and the clipped sum gets N(0, σ²)
-  noise (clip norm 1).
+  noise (clip norm 1); dp_accounting's ``PoissonSampledDpEvent(q,
+  GaussianDpEvent(sigma))`` under the same neighbouring relation.
+
+  ``relation`` (static, not a pytree leaf): ``"add_remove"`` (default; the
+  pair (1−q)N(0,σ²) + qN(1,σ²) vs N(0,σ²)) or ``"replace_one"`` (the sampled
+  example is swapped for another, a shift of up to 2C when it is sampled: the
+  pair (1−q)N(0,σ²) + qN(1,σ²) vs (1−q)N(0,σ²) + qN(−1,σ²), as dp_accounting's
+  PLD accountant under REPLACE_ONE). Replace-one RDP:
+  :func:`jaxdp.rdp_relations.sampled_gaussian_replace_one`.
   """
   __slots__ = ()
 
@@ -443,8 +455,10 @@ class PMFPair(_Event, collections.namedtuple("PMFPair", ["p", "q"])):
   __slots__ = ()
 
 
+@_register_static
 class TruncatedPoissonGaussian(_Event, collections.namedtuple(
-    "TruncatedPoissonGaussian", ["dataset_size", "q", "capacity", "sigma"])):
+    "TruncatedPoissonGaussian", ["dataset_size", "q", "capacity", "sigma", "relation"],
+    defaults=("add_remove",))):
   """Gaussian sum over a Poisson sample truncated to at most ``capacity``.
 
   One step of :func:`jaxdp.sampling.poisson`: each of ``dataset_size``
@@ -463,8 +477,14 @@ class TruncatedPoissonGaussian(_Event, collections.namedtuple(
   mechanism``; arXiv:2508.15089). When ``capacity >= dataset_size`` nothing is
   ever truncated and the event equals ``SampledGaussian(q, sigma)``.
 
+  ``relation`` (static): ``"add_remove"`` (default, as above) or
+  ``"replace_one"``: the replace-one change passes through the add/remove
+  neighbour without the example, so its RDP is the weak-triangle bound of the
+  add/remove curve (:func:`jaxdp.rdp_relations.replace_one`); there is no
+  replace-one dominating pair for the tight (PLD) path here.
+
   Fields: ``dataset_size`` >= 1 and ``capacity`` >= 1 whole numbers, ``q`` in
-  [0, 1], ``sigma`` > 0.
+  [0, 1], ``sigma`` > 0, ``relation`` in :data:`RELATIONS`.
   """
   __slots__ = ()
 

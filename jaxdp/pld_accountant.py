@@ -44,7 +44,7 @@ class PLDState(NamedTuple):
 
 def _fast_params(event):
   """(q, σ) where the fast Poisson-Gaussian path applies, else None."""
-  if isinstance(event, _events.SampledGaussian):
+  if isinstance(event, _events.SampledGaussian) and event.relation == "add_remove":
     return float(event.q), float(event.sigma)
   if isinstance(event, _events.Gaussian):
     sens = getattr(event, "sensitivity", None)
@@ -64,8 +64,7 @@ def _live_phases(phases):
   """The phases that can leak: (event, count) pairs minus q = 0 Gaussians."""
   out = []
   for ev, c in phases:
-    p = _fast_params(ev)
-    if p is None or p[0] > 0.0:
+    if not (isinstance(ev, _events.SampledGaussian) and float(ev.q) == 0.0):
       out.append((ev, c))
   return out
 

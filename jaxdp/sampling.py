@@ -224,16 +224,17 @@ class PoissonSampler:
     dataset_size: N, the number of examples.
     q: inclusion probability of each example.
     capacity: static batch buffer length; at most this many examples per step.
-    relation: ``"add_remove"``.
+    relation: ``"add_remove"`` (default) or ``"replace_one"``.
   """
   dataset_size: int
   q: float
   capacity: int
-  relation: str = dataclasses.field(default="add_remove", init=False)
+  relation: str = "add_remove"
 
   def __post_init__(self):
     _set(self, dataset_size=_whole("dataset_size", self.dataset_size, 1, _MAX_DATASET_SIZE),
-         q=_rate("q", self.q), capacity=_whole("capacity", self.capacity, 1))
+         q=_rate("q", self.q), capacity=_whole("capacity", self.capacity, 1),
+         relation=_relation(self.relation))
 
   @property
   def batch_size(self) -> float:
@@ -294,13 +295,15 @@ class PoissonSampler:
     return self.sample(jax.random.fold_in(key, jnp.asarray(t, jnp.int32)))
 
   def event(self, sigma) -> Any:
-    """One step: ``TruncatedPoissonGaussian(N, q, capacity, sigma)``.
+    """One step: ``TruncatedPoissonGaussian(N, q, capacity, sigma, relation)``.
 
-    ``SampledGaussian(q, sigma)`` when capacity >= N (nothing is truncated).
+    ``SampledGaussian(q, sigma, relation)`` when capacity >= N (nothing is
+    truncated).
     """
     if self.capacity >= self.dataset_size:
-      return _events.SampledGaussian(self.q, sigma)
-    return _events.TruncatedPoissonGaussian(self.dataset_size, self.q, self.capacity, sigma)
+      return _events.SampledGaussian(self.q, sigma, self.relation)
+    return _events.TruncatedPoissonGaussian(self.dataset_size, self.q, self.capacity, sigma,
+                                            self.relation)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -525,7 +528,8 @@ class ShuffleSampler:
 # --------------------------------------------------------------------------
 
 
-def poisson(dataset_size: int, q: float, capacity: int) -> PoissonSampler:
+def poisson(dataset_size: int, q: float, capacity: int,
+            relation: str = "add_remove") -> PoissonSampler:
   """Poisson sampling with a static capacity.
 
   Each example is in a step's batch independently with probability ``q``;
@@ -538,6 +542,11 @@ def poisson(dataset_size: int, q: float, capacity: int) -> PoissonSampler:
     capacity: buffer length >= 1. Choose it a few standard deviations above
       q·N (``truncation_probability`` reports the cost); ``capacity >= N``
       never truncates.
+    relation: ``"add_remove"`` (default; dp_accounting's default relation) or
+      ``"replace_one"`` (one example swapped for another: a shift of up to 2C
+      when it is sampled). Replace-one has a tight (PLD) answer without
+      truncation (capacity >= N) and an RDP bound (weak triangle inequality,
+      :mod:`jaxdp.rdp_relations`) with or without it.
 
   Returns:
     A :class:`PoissonSampler`; its ``event(sigma)`` is
@@ -545,9 +554,9 @@ def poisson(dataset_size: int, q: float, capacity: int) -> PoissonSampler:
 
   Raises:
     ValueError: naming the argument and its value when it is missing, NaN,
-      out of range or not a whole number.
+      out of range or not a whole number, or ``relation`` is unknown.
   """
-  return PoissonSampler(dataset_size, q, capacity)
+  return PoissonSampler(dataset_size, q, capacity, relation)
 
 
 def fixed(dataset_size: int, batch_size: int, relation: str = "replace_one") -> FixedSampler:

@@ -185,7 +185,9 @@ def test_cli_sampler_matches_python(capsys):
 @pytest.mark.parametrize("extra", [["--sampler", "fixed", "--capacity", "5"],
                                    ["--sampler", "truncated-poisson"],
                                    ["--sampler", "bogus"],
-                                   ["--relation", "replace-one"]])
+                                   ["--sampler", "balls-in-bins", "--capacity", "300",
+                                    "--relation", "replace-one"],
+                                   ["--relation", "replace-one", "--tradeoff", "0.1"]])
 def test_cli_sampler_bad_combinations_fail(extra, capsys):
   argv = ["epsilon", "--dataset-size", str(N), "--batch-size", str(B), "--steps", "300",
           "--sigma", "2", "--delta", "1e-5"] + extra
