@@ -521,7 +521,10 @@ def _check_float32(batch):
     under = hi < lo
     assert not under.any(), (f"float32 {name} under-reports", q[under], s[under], t[under],
                              d[under], hi[under], lo[under])
-    over = hi > lo * (1 + 1e-3) + 1e-30
+    # Tightness: float32 rounds each term of the conversion up by ~256 ulps,
+    # and those terms (log(1/δ)/(α-1) ~ 0.1) dwarf a tiny ε: found by
+    # hypothesis at q = 1, σ = 634 (ε = 0.002033, float32 0.002035).
+    over = hi > lo * (1 + 1e-3) + 1e-5
     assert not over.any(), (f"float32 {name} too loose", q[over], s[over], hi[over], lo[over])
 
 
