@@ -67,6 +67,13 @@ def time_one(step, reps, scan_steps):
   jax.block_until_ready(single(next(keys), 0))
   compile_s = time.perf_counter() - t0
   counter = itertools.count(1)
+  t0 = time.perf_counter()
+  jax.block_until_ready(single(next(keys), next(counter)))
+  once = time.perf_counter() - t0
+  # Slow steps (a permutation of 10^6 takes seconds on CPU) get fewer
+  # repetitions and a shorter scan: about 2 s of calls and 2 s of scan each.
+  reps = max(3, min(reps, int(2.0 / once)))
+  scan_steps = max(2, min(scan_steps, int(2.0 / once)))
   call_ms = 1e3 * median_time(lambda: single(next(keys), next(counter)), reps)
 
   @jax.jit
@@ -77,7 +84,7 @@ def time_one(step, reps, scan_steps):
 
   jax.block_until_ready(fused(next(keys)))
   scan_ms = 1e3 * median_time(lambda: fused(next(keys)), max(3, reps // 4)) / scan_steps
-  return compile_s, call_ms, scan_ms
+  return compile_s, call_ms, scan_ms, reps, scan_steps
 
 
 def epsilon_rows(args):  # pylint: disable=unused-argument
@@ -92,6 +99,7 @@ def epsilon_rows(args):  # pylint: disable=unused-argument
   cap = capacity(b)
   cases = [
       ("poisson (no truncation)", sampling.poisson(n, b / n, n)),
+      ("poisson, replace-one", sampling.poisson(n, b / n, n, relation="replace_one")),
       (f"truncated poisson, capacity {cap}", sampling.poisson(n, b / n, cap)),
       ("fixed, add/remove", sampling.fixed(n, b, relation="add_remove")),
       ("fixed, replace-one", sampling.fixed(n, b, relation="replace_one")),
@@ -131,10 +139,11 @@ def main():
   rows = []
   for b in batch_sizes:
     for name, step in samplers(b).items():
-      compile_s, call_ms, scan_ms = time_one(step, reps, scan_steps)
+      compile_s, call_ms, scan_ms, used_reps, used_steps = time_one(step, reps, scan_steps)
       rows.append(dict(sampler=name, n=N, batch_size=b,
                        capacity=capacity(b) if name in ("poisson", "balls_in_bins") else None,
-                       compile_s=compile_s, ms_per_call=call_ms, ms_per_step_scan=scan_ms))
+                       compile_s=compile_s, ms_per_call=call_ms, ms_per_step_scan=scan_ms,
+                       reps=used_reps, scan_steps=used_steps))
     base = next(r for r in rows if r["batch_size"] == b and r["sampler"] == "permutation")
     for r in rows:
       if r["batch_size"] == b:
