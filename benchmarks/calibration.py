@@ -38,9 +38,10 @@ DELTA = 1e-5
 
 def problems(n, seed=0):
   rng = np.random.default_rng(seed)
-  target = rng.uniform(0.5, 10.0, n)
+  # The distribution of issue 15: ε 0.3–10, q 10^-3.5–0.1, T 100–50 000.
+  target = rng.uniform(0.3, 10.0, n)
   q = 10 ** rng.uniform(-3.5, -1.0, n)
-  steps = np.round(10 ** rng.uniform(2, 4.5, n))
+  steps = np.round(10 ** rng.uniform(2, np.log10(50000), n))
   return target, q, steps
 
 
@@ -62,8 +63,8 @@ def main():
   parser.add_argument("--quick", action="store_true", help="fewer problems and repetitions")
   args = parser.parse_args()
   n = 200 if args.quick else 1000
-  n_sample = 3 if args.quick else 10
-  reps = 1 if args.quick else 3
+  n_sample = 3 if args.quick else 20
+  reps = 1 if args.quick else 5
   target, q, steps = problems(n)
 
   t0 = time.perf_counter()

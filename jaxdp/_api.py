@@ -59,14 +59,16 @@ def _bucket(n):
   return next((b for b in _BUCKETS if n <= b), _CHUNK)
 
 
-def _run_chunked(kind, q, sigma, steps, x, orders, method):
+def _run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False):
+  """The RDP value per configuration, chunked; with ``with_order`` (default
+  orders only) also the real order at which it was attained."""
   shape = np.broadcast_shapes(*(np.shape(a) for a in (q, sigma, steps, x)))
   flat = [np.broadcast_to(np.asarray(a, np.float64), shape).reshape(-1) for a in (q, sigma, steps, x)]
   n = flat[0].size
   key = None if orders is None else tuple(float(o) for o in orders)
   search_plan = _order_search.plan(key)
   chunk = _bucket(n)
-  out = []
+  out, best_orders = [], []
   for start in range(0, n, chunk):
     parts = [a[start:start + chunk] for a in flat]
     # Fewer quadrature nodes suffice when every σ in the chunk is ≥ 0.5.
@@ -78,7 +80,11 @@ def _run_chunked(kind, q, sigma, steps, x, orders, method):
     if search_plan is not None and orders is None:
       # Default: the grid minimum, then the minimum over all real α > 1.
       res, best = _order_search.search(kind, search_plan, method, nodes, *parts, with_index=True)
-      res = _continuous_order.refine(kind, method, nodes, res, search_plan.orders, best, *parts)
+      res = _continuous_order.refine(kind, method, nodes, res, search_plan.orders, best, *parts,
+                                     with_order=with_order)
+      if with_order:
+        res, alpha = res
+        best_orders.append(alpha[:m])
     elif search_plan is not None:  # many orders: evaluate only those that can win
       res = _order_search.search(kind, search_plan, method, nodes, *parts)
     else:
@@ -87,7 +93,19 @@ def _run_chunked(kind, q, sigma, steps, x, orders, method):
   result = np.concatenate(out) if out else np.zeros((0,))
   if kind == "delta":
     result = delta_floor(result, flat[0], flat[2], flat[3])
+  if with_order:
+    if orders is not None or search_plan is None:
+      raise ValueError("with_order needs the default orders.")
+    alpha = np.concatenate(best_orders) if best_orders else np.zeros((0,))
+    return result.reshape(shape), alpha.reshape(shape)
   return result.reshape(shape)
+
+
+def epsilon_and_order(q, sigma, steps, delta):
+  """Internal: :func:`epsilon` (RDP, default orders, validated by the caller)
+  and the real order α > 1 at which each value was attained (float64 NumPy)."""
+  with nx.x64():
+    return _run_chunked("epsilon", q, sigma, steps, delta, None, "improved", with_order=True)
 
 
 def delta_floor(delta, q, steps, epsilon):

@@ -34,6 +34,7 @@ _CHUNK = 256           # configurations per jitted call (fixed: one compile)
 _SMALL = 16            # chunk for small calls (single configurations, CLI)
 _CHEAP_MAX_ORDER = 64  # integer orders up to this form the cheap phase-1 set
 _ROUNDS = 4            # refinement rounds with expensive-order windows
+_ENVELOPE_ROUNDS = 8   # best-real-order rounds (default orders), see _envelope_rounds
 _WINDOW = 3            # orders per refinement window
 _BUMPS = 40            # feasibility step-ups before giving up (never reached)
 
@@ -166,24 +167,6 @@ def _window_solver_fn(kind):
   return jax.jit(run)
 
 
-@functools.lru_cache(maxsize=8)
-def _continuous_solver_fn(kind):
-  """Boundary of the ε minimised over every real order in [lo, hi]
-  (golden section, :mod:`jaxdp._continuous_order`), searched below x0."""
-  xmin, _ = _bounds(kind)
-
-  def run(x0, a, b, t, d, tol, lo, hi):
-    def eps_of_x(x):
-      q, s = _qs(kind, x, a)
-      return _continuous_order.golden_minimum(q, s, b, d, lo, hi, kind="epsilon",
-                                              method="improved", nodes=rdp._NODES_PER_WINDOW)
-
-    s = _solve(eps_of_x, t, x0, xmin, x0, tol)
-    return s.hi, s.has_hi, s.eps_hi
-
-  return jax.jit(run)
-
-
 @functools.lru_cache(maxsize=32)
 def _curve_fn(orders_key, with_order):
   orders = np.asarray(orders_key)
@@ -205,19 +188,30 @@ def _orders_key(orders):
   return tuple(float(o) for o in np.asarray(orders, np.float64).ravel())
 
 
-def _check_epsilon_rdp(q, s, t_steps, d, orders):
-  """ε by :func:`jaxdp.epsilon` (the public path), sizes padded to powers of two."""
+def _check_epsilon_rdp(q, s, t_steps, d, orders, with_order=False):
+  """ε by :func:`jaxdp.epsilon` (the public path), sizes padded to the chunk.
+
+  With ``with_order`` (default orders only): ``(ε, α)``, α the real order
+  at which each ε was attained.
+  """
   from jaxdp import _api
   n = q.shape[0]
   size = _chunk_size(n)
-  out = []
+  out, alphas = [], []
   for start in range(0, n, size):
     parts = [a[start:start + size] for a in (q, s, t_steps, d)]
     m = parts[0].shape[0]
     parts = [np.concatenate([p, np.full(size - m, v)]) for p, v in zip(parts, (0.5, 1.0, 1.0, 1e-5))]
-    e = _api.epsilon(*parts, orders=None if orders is None else np.asarray(orders))
+    if with_order:
+      e, alpha = _api.epsilon_and_order(*parts)
+      alphas.append(np.asarray(alpha, np.float64)[:m])
+    else:
+      e = _api.epsilon(*parts, orders=None if orders is None else np.asarray(orders))
     out.append(np.asarray(e, np.float64)[:m])
-  return np.concatenate(out) if out else np.zeros(0)
+  eps = np.concatenate(out) if out else np.zeros(0)
+  if with_order:
+    return eps, (np.concatenate(alphas) if alphas else np.zeros(0))
+  return eps
 
 
 def _check_epsilon(kind_acc, q, s, t_steps, d, orders):
@@ -297,10 +291,11 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
     eps_ref[idx] = np.where(better, epsw, eps_ref[idx])
     return better
 
-  if not single:
+  if not single and orders_checked is not None:
     # The best full-set order is nearly always a neighbour (in the sorted
     # full list) of the best cheap order: solve on the expensive neighbours
-    # before the (single) full check.
+    # before the (single) full check. (Default orders: the envelope rounds
+    # below solve at the best real order, expensive neighbours included.)
     pos = np.clip(np.searchsorted(orders, best_c), 0, orders.size - 1)
     left = orders[np.maximum(pos - 1, 0)]
     right = orders[np.minimum(pos + 1, orders.size - 1)]
@@ -312,7 +307,11 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
       win = np.stack([np.where(exp_l, left, right)[idx], np.where(exp_r, right, left)[idx]], 1)
       window_solve(idx, win)
   q_, s_ = qs(x, np.arange(n))
-  e_full = _check_epsilon_rdp(q_, s_, b, delta, orders_checked)
+  continuous = orders_checked is None   # default orders: every real α > 1
+  if continuous:
+    e_full, alpha = _check_epsilon_rdp(q_, s_, b, delta, None, with_order=True)
+  else:
+    e_full = _check_epsilon_rdp(q_, s_, b, delta, orders_checked)
   unreachable = ~has_hi & (e_full > target)
   if not single:
     # Where the cheap boundary sits on a jump of ε (the KL branch of the
@@ -320,8 +319,11 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
     # solve those with the full order set directly.
     gap = max(1e-3, 50.0 * rtol)
     jump = ~unreachable & (eps_ref < target * (1.0 - gap))
-    # Elsewhere, refine where an order outside those solved beats them at x.
+    # Elsewhere, refine where an order outside those solved beats them at x
+    # (explicit orders; the default path's envelope rounds below do it).
     refine = ~unreachable & ~jump & (e_full < eps_ref * (1.0 - 1e-10))
+    if orders_checked is None:
+      refine[:] = False
     for _ in range(_ROUNDS):
       idx = np.nonzero(refine)[0]
       if idx.size == 0:
@@ -347,33 +349,50 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
           [_PAD[k] for k in "xabtdt"])
       x[idx] = np.where(okf & (xf < x[idx]), xf, x[idx])
       qi, si = qs(x[idx], idx)
-      e_full[idx] = _check_epsilon_rdp(qi, si, b[idx], delta[idx], orders_checked)
-  if orders_checked is None:
-    # Default orders: ε is the minimum over every real α > 1 (jaxdp.epsilon
-    # with orders=None), so solve once more on the golden-section minimum in
-    # the bracket around the best grid order at the current boundary.
-    idx = np.nonzero(~unreachable)[0]
-    if idx.size:
-      qi, si = qs(x[idx], idx)
-      _, best = _map_chunks(_curve_fn(_orders_key(orders), True),
-                            [qi, si, b[idx], delta[idx]], [0.5, 1.0, 1.0, 1e-5])
-      pos = np.clip(np.searchsorted(orders, best), 0, orders.size - 1)
-      lo, hi = _continuous_order.bracket(orders, pos)
-      xc, okc, _ = _map_chunks(
-          _continuous_solver_fn(kind),
-          [x[idx], a[idx], b[idx], target[idx], delta[idx], tolv[idx], lo, hi],
-          [0.0, 0.5, 1.0, 1.0, 1e-5, tol, 1.5, 3.0])
-      better = okc & (xc < x[idx])
-      if np.any(better):
-        sel = idx[better]
-        x[sel] = xc[better]
-        qi, si = qs(x[sel], sel)
-        e_full[sel] = _check_epsilon_rdp(qi, si, b[sel], delta[sel], orders_checked)
+      if continuous:
+        e_full[idx], alpha[idx] = _check_epsilon_rdp(qi, si, b[idx], delta[idx], None,
+                                                     with_order=True)
+      else:
+        e_full[idx] = _check_epsilon_rdp(qi, si, b[idx], delta[idx], orders_checked)
+  if continuous:
+    _envelope_rounds(kind, x, e_full, alpha, ~unreachable, a, b, target, delta, tol)
   value = _from_x(kind, x)
   value = _make_feasible(kind, "rdp", value, e_full, target, delta, a, b, orders_checked,
                          skip=unreachable)
   return value, unreachable
 
+
+def _envelope_rounds(kind, x, e_full, alpha, live, a, b, target, delta, tol):
+  """Default orders: ε is the minimum over every real α > 1, so move each
+  boundary ``x`` (in place) down to the boundary at the best real order.
+
+  With ε(x) = min_α ε_α(x) and each ε_α non-increasing in x, the boundary is
+  min_α x_α (x_α the boundary of order α alone). A round takes α*, the order
+  at which the public ε(x) was attained (``alpha``, from the check of
+  :func:`jaxdp.epsilon`: grid minimum, then golden section between its grid
+  neighbours), and solves for x_{α*} below x. The envelope theorem
+  (∂ε/∂α = 0 at α*) makes each round exact to second order in the change of
+  α*; rounds repeat where x still moved by more than 20·``tol``.
+  ``e_full`` and ``alpha`` are updated in place where x changed.
+  """
+  idx = np.nonzero(live)[0]
+  tolv = np.full(x.shape[0], tol)
+  for _ in range(_ENVELOPE_ROUNDS):
+    if idx.size == 0:
+      break
+    xw, okw, _ = _map_chunks(
+        _window_solver_fn(kind),
+        [x[idx], a[idx], b[idx], target[idx], delta[idx], tolv[idx], alpha[idx][:, None]],
+        [0.0, 0.5, 1.0, 1.0, 1e-5, tol, 2.0])
+    better = okw & (xw < x[idx])
+    moved = better & (xw < x[idx] - 20.0 * tol)
+    sel = idx[better]
+    x[sel] = xw[better]
+    v = _from_x(kind, x[sel])
+    qi, si = (a[sel], v) if kind == "sigma" else (v, a[sel])
+    e_full[sel], alpha[sel] = _check_epsilon_rdp(qi, si, b[sel], delta[sel], None,
+                                                 with_order=True)
+    idx = idx[moved]
 
 def _make_feasible(kind, acc, value, e_full, target, delta, a, b, orders_checked, skip):
   """Steps σ up (q down) until the public ε meets the target; never overspends."""

@@ -49,8 +49,10 @@ def _value(kind, method, nodes, q, sigma, steps, x, alpha):
   return rdp.to_delta(total, alpha[:, None], x)
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "method", "nodes", "iterations"))
-def golden_minimum(q, sigma, steps, x, lo, hi, *, kind, method, nodes, iterations=ITERATIONS):
+@functools.partial(jax.jit, static_argnames=("kind", "method", "nodes", "iterations",
+                                             "with_argmin"))
+def golden_minimum(q, sigma, steps, x, lo, hi, *, kind, method, nodes, iterations=ITERATIONS,
+                   with_argmin=False):
   """min of the converted value over orders in [lo, hi] (golden section on log(α-1)).
 
   Args:
@@ -60,9 +62,11 @@ def golden_minimum(q, sigma, steps, x, lo, hi, *, kind, method, nodes, iteration
     method: conversion ("improved" or "classic"), kind "epsilon" only.
     nodes: quadrature nodes per window (:func:`jaxdp.rdp.sampled_gaussian`).
     iterations: golden-section steps.
+    with_argmin: also return the order at which the smallest value was seen.
 
   Returns:
-    The smallest value evaluated, per configuration (a valid bound for each).
+    The smallest value evaluated, per configuration (a valid bound for each);
+    with ``with_argmin``, ``(value, order)``.
   """
   f = functools.partial(_value, kind, method, nodes, q, sigma, steps, x)
   a = jnp.log(lo - 1.0)
@@ -73,7 +77,7 @@ def golden_minimum(q, sigma, steps, x, lo, hi, *, kind, method, nodes, iteration
   fd = f(1.0 + jnp.exp(d))
 
   def body(_, s):
-    a, b, c, d, fc, fd, best = s
+    a, b, c, d, fc, fd, best, arg = s
     left = fc <= fd   # the minimiser is in [a, d]
     a2 = jnp.where(left, a, c)
     b2 = jnp.where(left, d, b)
@@ -83,10 +87,11 @@ def golden_minimum(q, sigma, steps, x, lo, hi, *, kind, method, nodes, iteration
     d2 = jnp.where(left, c, new)
     fc2 = jnp.where(left, fn, fd)
     fd2 = jnp.where(left, fc, fn)
-    return a2, b2, c2, d2, fc2, fd2, jnp.minimum(best, fn)
+    return a2, b2, c2, d2, fc2, fd2, jnp.minimum(best, fn), jnp.where(fn < best, new, arg)
 
-  state = (a, b, c, d, fc, fd, jnp.minimum(fc, fd))
-  return jax.lax.fori_loop(0, iterations, body, state)[-1]
+  state = (a, b, c, d, fc, fd, jnp.minimum(fc, fd), jnp.where(fc <= fd, c, d))
+  out = jax.lax.fori_loop(0, iterations, body, state)
+  return (out[-2], 1.0 + jnp.exp(out[-1])) if with_argmin else out[-2]
 
 
 def bracket(orders, best_index):
@@ -102,16 +107,24 @@ def bracket(orders, best_index):
   return lo, hi
 
 
-def refine(kind, method, nodes, grid_value, orders, best_index, q, sigma, steps, x):
+def refine(kind, method, nodes, grid_value, orders, best_index, q, sigma, steps, x,
+           with_order=False):
   """min(grid value, golden-section value in the grid bracket), NumPy float64.
 
-  Must run under float64 (``nx.x64()``).
+  Must run under float64 (``nx.x64()``). With ``with_order``, also the order
+  at which that minimum was evaluated: ``(value, order)``.
   """
   lo, hi = bracket(orders, best_index)
-  val = golden_minimum(*(jnp.asarray(v) for v in (q, sigma, steps, x, lo, hi)),
-                       kind=kind, method=method, nodes=nodes)
+  val, arg = golden_minimum(*(jnp.asarray(v) for v in (q, sigma, steps, x, lo, hi)),
+                            kind=kind, method=method, nodes=nodes, with_argmin=True)
   val = np.asarray(val, np.float64)
-  return np.where(np.isnan(val), grid_value, np.minimum(grid_value, val))
+  grid_value = np.asarray(grid_value, np.float64)
+  use_grid = np.isnan(val) | (grid_value <= val)
+  value = np.where(use_grid, grid_value, val)
+  if not with_order:
+    return value
+  grid_order = np.asarray(orders, np.float64)[np.asarray(best_index)]
+  return value, np.where(use_grid, grid_order, np.asarray(arg, np.float64))
 
 
 def minimum_over_all_orders(kind, method, q, sigma, steps, x, *, nodes=rdp._NODES_PER_WINDOW):
