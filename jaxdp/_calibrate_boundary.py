@@ -443,9 +443,11 @@ def _pld_boundary(kind, target, delta, a, b, rtol):
       if done.all():
         break
       p = np.asarray(_propose(st, xmin, xmax, tol))
-      idx = np.nonzero(~done)[0]
-      e = np.zeros(n)
-      e[idx] = eps_of_x(p[idx], idx)
+      # Every configuration is evaluated each round (the settled ones at
+      # their answer): the batched PLD compiles one program per set of grid
+      # shapes, and a shrinking subset would compile a new set every round.
+      p = np.where(done, np.asarray(st.hi), p)
+      e = eps_of_x(p, np.arange(n))
       st = _update(st, jnp.asarray(p), jnp.asarray(e), jnp.asarray(target), jnp.asarray(~done))
     hi = np.asarray(st.hi)
     has_hi = np.asarray(st.has_hi)
