@@ -45,29 +45,20 @@ def problems(n, seed=0):
   return target, q, steps
 
 
-def dp_accounting_sigma(target, q, steps):
-  from dp_accounting import dp_event, mechanism_calibration
-  from dp_accounting.rdp import rdp_privacy_accountant
-
-  def make_event(s):
-    return dp_event.SelfComposedDpEvent(
-        dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(s)), int(steps))
-
-  return mechanism_calibration.calibrate_dp_mechanism(
-      rdp_privacy_accountant.RdpAccountant, make_event, target, DELTA,
-      mechanism_calibration.LowerEndpointAndGuess(0.0, 1.0))
-
-
-def dp_accounting_sigma_pld(target, q, steps):
+def dp_accounting_sigma(target, q, steps, accountant="rdp"):
+  """σ from dp_accounting's ``calibrate_dp_mechanism`` with its RDP or PLD accountant."""
   from dp_accounting import dp_event, mechanism_calibration
   from dp_accounting.pld import pld_privacy_accountant
+  from dp_accounting.rdp import rdp_privacy_accountant
+  make_accountant = (rdp_privacy_accountant.RdpAccountant if accountant == "rdp"
+                     else pld_privacy_accountant.PLDAccountant)
 
   def make_event(s):
     return dp_event.SelfComposedDpEvent(
         dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(s)), int(steps))
 
   return mechanism_calibration.calibrate_dp_mechanism(
-      pld_privacy_accountant.PLDAccountant, make_event, target, DELTA,
+      make_accountant, make_event, target, DELTA,
       mechanism_calibration.LowerEndpointAndGuess(0.0, 1.0))
 
 
@@ -85,7 +76,7 @@ def pld_figures(quick):
   eps = jaxdp.epsilon(q, s, steps, DELTA, accountant="pld")
   sample = np.linspace(0, n - 1, n_sample).astype(int)
   t0 = time.perf_counter()
-  ref = np.array([dp_accounting_sigma_pld(target[i], q[i], steps[i]) for i in sample])
+  ref = np.array([dp_accounting_sigma(target[i], q[i], steps[i], "pld") for i in sample])
   t_ref_each = (time.perf_counter() - t0) / n_sample
   rel = np.abs(s[sample] - ref) / ref
   fig = dict(n=n, n_sample=n_sample, jaxdp_seconds=t_jaxdp, jaxdp_warmup_seconds=warmup,
