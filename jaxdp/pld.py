@@ -197,21 +197,29 @@ def grid_interval(q, sigma, steps, rtol=1e-3):
   return np.where(ok & (k >= 1), top_ / np.maximum(k, 1.0), h)
 
 
-
-# Calls with at most this many configurations pad both directions' one-step
-# PMFs to the window length (one compiled program instead of two).
-_MERGE_AT_MOST = 8
-
-
 def _fft_size(n, least=2 ** 12):
   """Smallest power of two >= max(n, least): the FFT length of a window."""
   return _pow2(max(int(n), least))
 
 
-def _padded(sel):
-  """Pads an index batch to a power-of-two length (fewer compilations)."""
-  m = _pow2(len(sel), least=1)
-  return np.concatenate([sel, np.full(m - len(sel), sel[0])]), len(sel)
+# Rows per composition call, a function of the FFT length alone: short
+# windows (<= _BATCHED_MAX points) in batches of _ROWS (the last one padded
+# with copies: cheap at that length), longer ones one configuration per call.
+# One compiled program per FFT length, whatever the number of configurations
+# sharing it, so new configurations and calibration rounds reuse programs.
+_ROWS = 8
+_BATCHED_MAX = 2 ** 15
+
+
+def _row_batches(idx, cap, size):
+  """Index batches of one FFT length ``size``: (padded indices, real count)
+  pairs (``cap``: the memory cap in rows)."""
+  rows = 1 if size > _BATCHED_MAX else max(1, min(_ROWS, _pow2(cap + 1, least=1) // 2))
+  out = []
+  for c0 in range(0, len(idx), rows):
+    sel = idx[c0:c0 + rows]
+    out.append((np.concatenate([sel, np.full(rows - len(sel), sel[0])]), len(sel)))
+  return out
 
 
 def _run(q, sigma, steps, h, queries, *, want_epsilon):
@@ -280,7 +288,6 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon):
     inf_cfg = -np.expm1(log_keep) + _TAIL * n_ph
     n_cfg = n.reshape(u_count, n_ph)
     lo_cfg = i_lo.reshape(u_count, n_ph)
-    small = u_count <= _MERGE_AT_MOST
     # Window lengths: powers of two only. Each configuration's window depends
     # on that configuration alone (its answer does not depend on what else
     # is in the call), and few distinct lengths means few compiled programs
@@ -293,11 +300,10 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon):
     for sz in np.unique(size[size > 0]):
       idx = np.nonzero(size == sz)[0]
       chunk = max(1, _MAX_ELEMS // (int(sz) * n_ph))
-      for c0 in range(0, len(idx), chunk):
-        sel, m = _padded(idx[c0:c0 + chunk])
-        width = _pow2(np.max(n_cfg[sel]))
-        if small:  # the same program for both directions where possible
-          width = max(width, int(sz))
+      for sel, m in _row_batches(idx, chunk, int(sz)):
+        # One program per (rows, FFT length): PMFs padded to the window (or,
+        # rarely, to a one-step grid longer than it).
+        width = max(int(sz), _pow2(np.max(n_cfg[sel])))
         pp = np.zeros((len(sel), n_ph, width))
         po = np.zeros((len(sel), n_ph, width))
         for r, k in enumerate(sel):
