@@ -67,6 +67,8 @@ def _run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False):
   n = flat[0].size
   key = None if orders is None else tuple(float(o) for o in orders)
   search_plan = _order_search.plan(key)
+  if with_order and (orders is not None or search_plan is None):
+    raise ValueError("with_order needs the default orders.")
   chunk = _bucket(n)
   out, best_orders = [], []
   for start in range(0, n, chunk):
@@ -94,8 +96,6 @@ def _run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False):
   if kind == "delta":
     result = delta_floor(result, flat[0], flat[2], flat[3])
   if with_order:
-    if orders is not None or search_plan is None:
-      raise ValueError("with_order needs the default orders.")
     alpha = np.concatenate(best_orders) if best_orders else np.zeros((0,))
     return result.reshape(shape), alpha.reshape(shape)
   return result.reshape(shape)

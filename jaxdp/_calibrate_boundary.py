@@ -18,7 +18,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import _continuous_order
 from jaxdp import _grid_search
 from jaxdp import _numerics as nx
 from jaxdp import rdp
@@ -34,7 +33,7 @@ _CHUNK = 256           # configurations per jitted call (fixed: one compile)
 _SMALL = 16            # chunk for small calls (single configurations, CLI)
 _CHEAP_MAX_ORDER = 64  # integer orders up to this form the cheap phase-1 set
 _ROUNDS = 4            # refinement rounds with expensive-order windows
-_ENVELOPE_ROUNDS = 8   # best-real-order rounds (default orders), see _envelope_rounds
+_ENVELOPE_ROUNDS = 8   # best-real-order rounds (default orders), see _rdp_boundary
 _WINDOW = 3            # orders per refinement window
 _BUMPS = 40            # feasibility step-ups before giving up (never reached)
 
@@ -306,12 +305,20 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
     if idx.size:
       win = np.stack([np.where(exp_l, left, right)[idx], np.where(exp_r, right, left)[idx]], 1)
       window_solve(idx, win)
-  q_, s_ = qs(x, np.arange(n))
   continuous = orders_checked is None   # default orders: every real α > 1
-  if continuous:
-    e_full, alpha = _check_epsilon_rdp(q_, s_, b, delta, None, with_order=True)
-  else:
-    e_full = _check_epsilon_rdp(q_, s_, b, delta, orders_checked)
+  e_full = np.empty(n)
+  alpha = np.full(n, np.nan)   # default orders: the real order that attains e_full
+
+  def check(sel):
+    """The public ε at x[sel] (and, for the default orders, its order)."""
+    qi, si = qs(x[sel], sel)
+    if continuous:
+      e_full[sel], alpha[sel] = _check_epsilon_rdp(qi, si, b[sel], delta[sel], None,
+                                                   with_order=True)
+    else:
+      e_full[sel] = _check_epsilon_rdp(qi, si, b[sel], delta[sel], orders_checked)
+
+  check(np.arange(n))
   unreachable = ~has_hi & (e_full > target)
   if not single:
     # Where the cheap boundary sits on a jump of ε (the KL branch of the
@@ -321,9 +328,7 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
     jump = ~unreachable & (eps_ref < target * (1.0 - gap))
     # Elsewhere, refine where an order outside those solved beats them at x
     # (explicit orders; the default path's envelope rounds below do it).
-    refine = ~unreachable & ~jump & (e_full < eps_ref * (1.0 - 1e-10))
-    if orders_checked is None:
-      refine[:] = False
+    refine = ~unreachable & ~jump & (e_full < eps_ref * (1.0 - 1e-10)) & (not continuous)
     for _ in range(_ROUNDS):
       idx = np.nonzero(refine)[0]
       if idx.size == 0:
@@ -335,8 +340,7 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
       k = min(_WINDOW, orders.size)
       start = np.clip(pos - (k // 2), 0, orders.size - k)
       better = window_solve(idx, orders[start[:, None] + np.arange(k)[None, :]])
-      qi, si = qs(x[idx], idx)
-      e_full[idx] = _check_epsilon_rdp(qi, si, b[idx], delta[idx], orders_checked)
+      check(idx)
       refine = np.zeros(n, bool)
       refine[idx] = better & (e_full[idx] < eps_ref[idx] * (1.0 - 1e-10))
       jump[idx] |= better & (eps_ref[idx] < target[idx] * (1.0 - gap))
@@ -348,51 +352,28 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
           [x[idx], a[idx], b[idx], target[idx], delta[idx], tolv[idx]],
           [_PAD[k] for k in "xabtdt"])
       x[idx] = np.where(okf & (xf < x[idx]), xf, x[idx])
-      qi, si = qs(x[idx], idx)
-      if continuous:
-        e_full[idx], alpha[idx] = _check_epsilon_rdp(qi, si, b[idx], delta[idx], None,
-                                                     with_order=True)
-      else:
-        e_full[idx] = _check_epsilon_rdp(qi, si, b[idx], delta[idx], orders_checked)
+      check(idx)
   if continuous:
-    _envelope_rounds(kind, x, e_full, alpha, ~unreachable, a, b, target, delta, tol)
+    # Envelope rounds. With ε(x) = min_α ε_α(x) and each ε_α non-increasing
+    # in x, the boundary is min_α x_α (x_α: the boundary of order α alone).
+    # A round solves at α*, the order where the public ε(x) was attained
+    # (grid minimum, then golden section between its grid neighbours), for
+    # x_{α*} below x; the envelope theorem (∂ε/∂α = 0 at α*) makes it exact
+    # to second order in the change of α*. Rounds repeat where x still moved
+    # by more than 20·tol.
+    idx = np.nonzero(~unreachable)[0]
+    for _ in range(_ENVELOPE_ROUNDS):
+      if idx.size == 0:
+        break
+      before = x[idx].copy()
+      better = window_solve(idx, alpha[idx][:, None])
+      check(idx[better])
+      idx = idx[better & (x[idx] < before - 20.0 * tol)]
   value = _from_x(kind, x)
   value = _make_feasible(kind, "rdp", value, e_full, target, delta, a, b, orders_checked,
                          skip=unreachable)
   return value, unreachable
 
-
-def _envelope_rounds(kind, x, e_full, alpha, live, a, b, target, delta, tol):
-  """Default orders: ε is the minimum over every real α > 1, so move each
-  boundary ``x`` (in place) down to the boundary at the best real order.
-
-  With ε(x) = min_α ε_α(x) and each ε_α non-increasing in x, the boundary is
-  min_α x_α (x_α the boundary of order α alone). A round takes α*, the order
-  at which the public ε(x) was attained (``alpha``, from the check of
-  :func:`jaxdp.epsilon`: grid minimum, then golden section between its grid
-  neighbours), and solves for x_{α*} below x. The envelope theorem
-  (∂ε/∂α = 0 at α*) makes each round exact to second order in the change of
-  α*; rounds repeat where x still moved by more than 20·``tol``.
-  ``e_full`` and ``alpha`` are updated in place where x changed.
-  """
-  idx = np.nonzero(live)[0]
-  tolv = np.full(x.shape[0], tol)
-  for _ in range(_ENVELOPE_ROUNDS):
-    if idx.size == 0:
-      break
-    xw, okw, _ = _map_chunks(
-        _window_solver_fn(kind),
-        [x[idx], a[idx], b[idx], target[idx], delta[idx], tolv[idx], alpha[idx][:, None]],
-        [0.0, 0.5, 1.0, 1.0, 1e-5, tol, 2.0])
-    better = okw & (xw < x[idx])
-    moved = better & (xw < x[idx] - 20.0 * tol)
-    sel = idx[better]
-    x[sel] = xw[better]
-    v = _from_x(kind, x[sel])
-    qi, si = (a[sel], v) if kind == "sigma" else (v, a[sel])
-    e_full[sel], alpha[sel] = _check_epsilon_rdp(qi, si, b[sel], delta[sel], None,
-                                                 with_order=True)
-    idx = idx[moved]
 
 def _make_feasible(kind, acc, value, e_full, target, delta, a, b, orders_checked, skip):
   """Steps σ up (q down) until the public ε meets the target; never overspends."""

@@ -288,12 +288,7 @@ def _pld_equivalent(sampler, sigma, steps):
 def _mechanisms(sampler, sigma):
   """Mechanisms of one step whose composed ε is maxed over (general engine)."""
   ev = sampler.event(sigma)
-  general = (isinstance(ev, (_events.TruncatedPoissonGaussian, _events.SampledGaussian))
-             or (isinstance(ev, _events.SampledWithoutReplacementGaussian)
-                 and ev.relation == "replace_one"))
   try:
-    if not general:
-      raise TypeError
     return event_mechanisms(ev)
   except TypeError:
     raise ValueError(
