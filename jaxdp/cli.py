@@ -286,13 +286,10 @@ def _sampler(args):
     # Replace-one Poisson without truncation: the event SampledGaussian(q, σ,
     # "replace_one") does not depend on N, so any N >= 1 with capacity N
     # gives it; q = 1 is a template for --solve sampling-rate (replaced).
+    q = 1.0
+    if args.q is not None or args.batch_size is not None:
+      q, _ = _resolve_q_steps(args, need_steps=False)
     n = _MAX_N if args.dataset_size is None else int(args.dataset_size)
-    if args.q is not None:
-      q = args.q
-    elif args.batch_size is not None:
-      q = args.batch_size / n
-    else:
-      q = 1.0
     return sampling.poisson(n, q, n, relation)
   n, b = args.dataset_size, args.batch_size
   if n is None or b is None:
