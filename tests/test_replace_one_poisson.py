@@ -187,3 +187,19 @@ def test_cli_relation_for_poisson(capsys):
   code = cli.main(["epsilon", "--q", "0.01", "--sigma", "1.0", "--steps", "10", "--delta",
                    "1e-5", "--relation", "swap"])
   assert code != 0 and "--relation" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("q,sigma", [(1e-6, 0.01), (0.999, 0.05), (1.0, 0.01), (0.3, 0.02)])
+def test_edges_of_the_domain(q, sigma):
+  """σ down to 0.01, q near 0 and 1, 10^6 steps, δ = 1e-12: finite, never
+  below add/remove, and at one step >= the exact δ of the pair (mpmath)."""
+  smp = sampling.poisson(100, q, 100, relation="replace_one")
+  for steps in (1, 10**6):
+    rr = float(jaxdp.epsilon(smp, sigma, steps, 1e-12))
+    ar = float(jaxdp.epsilon(q, sigma, steps, 1e-12))
+    assert math.isfinite(rr) and rr >= ar
+  p, r = _pair(q)
+  for eps in (0.5, 20.0):
+    exact = float(max(R.hockey_stick_1d(p, r, eps, sigma), R.hockey_stick_1d(r, p, eps, sigma)))
+    assert float(jaxdp.delta(smp, sigma, 1, eps)) >= exact
+    assert float(jaxdp.delta(smp, sigma, 1, eps, accountant="pld")) >= exact
