@@ -31,9 +31,11 @@ def test_notebooks_exist():
     assert want in names
 
 
-# 05_samplers recomputes the README's 60-epoch sampler table (about a minute on
-# a 2-core CPU): it runs with -m slow; its cells' code paths are unit-tested.
-_SLOW = {"05_samplers.ipynb"}
+# The default suite (2-core CI, ~10 minutes) executes the quickstart and the
+# sweeps notebooks; the others (05 recomputes the README's 60-epoch sampler
+# table, about a minute; 03, 04 and 06 take 9-12 s each) run with -m slow.
+# Their cells' code paths are unit-tested.
+_SLOW = {"03_profiles.ipynb", "04_inloop.ipynb", "05_samplers.ipynb", "06_tradeoff.ipynb"}
 
 
 def _param(path):
