@@ -31,7 +31,10 @@ class MonotonePair(NamedTuple):
   above goes to +inf; optimistic: below is dropped, above sits at
   loss(x_hi)). Optional ``log_q_cdf``/``log_q_sf`` (Q's) make the
   discretisation second order; ``loss_tol`` is the absolute accuracy of
-  ``loss`` (default 64 ulps of ``1 + max |loss|`` on the range used).
+  ``loss`` (default 64 ulps of ``1 + max |loss|`` on the range used);
+  ``loss_inverse`` (optional, vectorised) maps a loss level to an x near
+  sup{x : loss(x) <= level}: a speed hint only, since every x it gives is
+  checked against ``loss`` (a wrong one costs a bisection, never accuracy).
   """
   loss: Callable
   log_p_cdf: Callable
@@ -41,6 +44,7 @@ class MonotonePair(NamedTuple):
   log_q_cdf: Optional[Callable] = None
   log_q_sf: Optional[Callable] = None
   loss_tol: Optional[float] = None
+  loss_inverse: Optional[Callable] = None
 
 
 class SymmetrizedPair(NamedTuple):

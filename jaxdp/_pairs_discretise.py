@@ -52,11 +52,30 @@ class _Cells(NamedTuple):
   tau: float
 
 
-def _bisect_x(f, level, a, b, iters=64):
+def _bisect_x(f, level, a, b, iters=64, inverse=None):
   """x = sup{x in [a, b] : f(x) <= level} bracketed as (lo, hi) with f(lo) <= level
-  < f(hi) (lo = hi at a clamp), vectorised: brackets from a dense table, then
-  Illinois steps, then bisection for whatever has not converged."""
+  < f(hi) (lo = hi at a clamp), vectorised. With ``inverse`` (an approximate
+  x(level), e.g. a closed form), brackets of width ~1e-13·(b - a) around it
+  are tried first and kept where f confirms them; the rest (and everything
+  without ``inverse``) go through brackets from a dense table, then
+  three Illinois steps (each with two probes just beside the secant point,
+  which close the bracket where the secant is accurate), then 32-section for
+  whatever has not converged (brackets straddling a kink of f)."""
   level = np.asarray(level, np.float64).ravel()
+  if inverse is not None and level.size:
+    fa, fb = f(np.array([a, b]))
+    x0 = np.clip(np.asarray(inverse(level), np.float64).ravel(), a, b)
+    d = np.maximum(2.5e-14 * (b - a), 4 * _EPS * np.abs(x0))
+    lo, hi = np.maximum(x0 - d, a), np.minimum(x0 + d, b)
+    fl, fh = f(np.concatenate([lo, hi])).reshape(2, -1)
+    clamp_a, clamp_b = fa > level, fb <= level
+    lo[clamp_a] = hi[clamp_a] = a
+    lo[clamp_b] = hi[clamp_b] = b
+    done = clamp_a | clamp_b | ((fl <= level) & (fh > level))
+    if not done.all():
+      rest = np.flatnonzero(~done)
+      lo[rest], hi[rest] = _bisect_x(f, level[rest], a, b, iters)
+    return lo, hi
   xs = np.linspace(a, b, 8193)
   fs = f(xs)
   i = np.clip(np.searchsorted(np.maximum.accumulate(fs), level, side="right") - 1, -1, xs.size - 1)
@@ -77,20 +96,39 @@ def _bisect_x(f, level, a, b, iters=64):
     if idx.size == 0:
       break
     l0, h0, f0, f1, g = lo[idx], hi[idx], flo[idx], fhi[idx], level[idx]
-    if it < 12:                                        # Illinois (regula falsi)
+    if it < 3:                                         # Illinois (regula falsi)
       w0 = np.where(side[idx] < -1, 0.5, 1.0)
       w1 = np.where(side[idx] > 1, 0.5, 1.0)
       with np.errstate(invalid="ignore", divide="ignore"):
         t = (g - f0) * w1 / ((g - f0) * w1 + (f1 - g) * w0)
       t = np.clip(np.nan_to_num(t, nan=0.5), 1e-3 if it % 4 == 3 else 0.0, 1.0)
       mid = np.clip(l0 + t * (h0 - l0), np.nextafter(l0, np.inf), np.nextafter(h0, -np.inf))
-    else:
-      mid = 0.5 * (l0 + h0)
-    fm = f(mid)
-    ok = fm <= g
-    lo[idx[ok]], flo[idx[ok]] = mid[ok], fm[ok]
-    hi[idx[~ok]], fhi[idx[~ok]] = mid[~ok], fm[~ok]
-    side[idx] = np.where(ok, np.minimum(side[idx], 0) - 1, np.maximum(side[idx], 0) + 1)
+      # Also evaluate just below and above the secant point: where it is
+      # accurate (a linear or smooth piece) the bracket closes at once.
+      d = np.maximum(0.25 * tol, 4 * _EPS * np.abs(mid))
+      xs = np.stack([mid, mid - d, mid + d])
+      fx = f(xs.ravel()).reshape(xs.shape)
+      ok = fx[0] <= g
+      lo[idx[ok]], flo[idx[ok]] = mid[ok], fx[0][ok]
+      hi[idx[~ok]], fhi[idx[~ok]] = mid[~ok], fx[0][~ok]
+      side[idx] = np.where(ok, np.minimum(side[idx], 0) - 1, np.maximum(side[idx], 0) + 1)
+      for x, fv in zip(xs[1:], fx[1:]):        # a probe inside the new bracket tightens it
+        inside = (x > lo[idx]) & (x < hi[idx])
+        up, dn = inside & (fv <= g), inside & ~(fv <= g)
+        lo[idx[up]], flo[idx[up]] = x[up], fv[up]
+        hi[idx[dn]], fhi[idx[dn]] = x[dn], fv[dn]
+    else:   # 32-section: the bracket shrinks 32x per (vectorised) evaluation
+      xs = l0[:, None] + (h0 - l0)[:, None] * (np.arange(1, 32) / 32.0)[None, :]
+      xs = np.clip(xs, np.nextafter(l0, np.inf)[:, None], np.nextafter(h0, -np.inf)[:, None])
+      fx = f(xs.ravel()).reshape(xs.shape)
+      # the last point whose running max is <= g has f <= g, the next one f > g
+      k = (np.maximum.accumulate(fx, axis=1) <= g[:, None]).sum(axis=1)
+      r = np.arange(k.size)
+      has_lo, has_hi = k > 0, k < 31
+      lo[idx[has_lo]] = xs[r[has_lo], k[has_lo] - 1]
+      flo[idx[has_lo]] = fx[r[has_lo], k[has_lo] - 1]
+      hi[idx[has_hi]] = xs[r[has_hi], k[has_hi]]
+      fhi[idx[has_hi]] = fx[r[has_hi], k[has_hi]]
   return lo, hi
 
 
@@ -135,7 +173,7 @@ def _monotone_cells(pair, hf, zeta, off, side):
   if jb - ja > _MAX_CELLS:
     raise _GridTooLarge(jb - ja)
   g = off + np.arange(ja, jb + 1) * hf
-  e_lo, e_hi = _bisect_x(f, g, xa, xb)
+  e_lo, e_hi = _bisect_x(f, g, xa, xb, inverse=pair.loss_inverse)
   # Pessimistic cells (lo_{j-1}, lo_j] (l(lo) <= g: content <= g_j); optimistic
   # (hi_{j-1}, hi_j] (l(hi) > g: content > g_{j-1}).
   edges = e_lo if side == "p" else e_hi
@@ -274,7 +312,7 @@ def _optimistic(c, h, s, off=0.0):
   return k0 - 1, np.maximum(out, 0.0)
 
 
-def discretize(pair, h, *, zeta=1e-30, offset=None, optimistic=True):
+def discretize(pair, h, *, zeta=1e-30, offset=None, optimistic=True, align_heaviest=True):
   """Pessimistic and optimistic :class:`LossPMF` of ``pair`` on a grid of width h.
 
   The pessimistic grid is k·h. The optimistic grid is ``offset`` + k·h; by
@@ -290,6 +328,9 @@ def discretize(pair, h, *, zeta=1e-30, offset=None, optimistic=True):
     zeta: P-mass per tail of a :class:`MonotonePair` left to the tail rules.
     offset: optimistic grid offset in [0, h), or None (automatic).
     optimistic: False skips the optimistic PMF (returned as None).
+    align_heaviest: with ``offset=None``, also try the offset that aligns the
+      heaviest group (a root search, ~10 ms); False tries the top loss of a
+      monotone pair instead (where a pile-up sits, e.g. 1/b of Laplace).
 
   Returns:
     ``(pessimistic, optimistic)``; ``pessimistic.inf`` includes truncated
@@ -303,7 +344,7 @@ def discretize(pair, h, *, zeta=1e-30, offset=None, optimistic=True):
   if not optimistic:
     return pess, None
   if offset is None and not _has_symmetrized(pair):
-    offset = _choose_offset(pair, c, h, s)
+    offset = _choose_offset(pair, c, h, s, align_heaviest)
   offset = 0.0 if offset is None else float(offset)
   c = _cells(pair, hf, zeta, offset, "o")
   ok, op = _optimistic(c, h, s, offset)
@@ -324,7 +365,7 @@ def _merged(pair, a, b):
     if pair.log_q_cdf is None:
       return None
     f = lambda x: np.asarray(pair.loss(np.asarray(x, np.float64)), np.float64)
-    x, _ = _bisect_x(f, np.concatenate([a, b]), pair.x_lo, pair.x_hi)
+    x, _ = _bisect_x(f, np.concatenate([a, b]), pair.x_lo, pair.x_hi, inverse=pair.loss_inverse)
     fp, fq = np.exp(pair.log_p_cdf(x)), np.exp(pair.log_q_cdf(x))
     n = a.size
     return fp[n:] - fp[:n], fq[n:] - fq[:n]
@@ -370,16 +411,23 @@ def _align(pair, centre, h, merged):
   return float(es[i])
 
 
-def _choose_offset(pair, c, h, s):
+def _choose_offset(pair, c, h, s, align_heaviest=True):
   """Optimistic grid offset with the least rounding debt at the edges of the loss
   law (the lowest group cannot take from below, the highest cannot borrow from
   above: a pile-up there costs up to h per unit of mass), among 32 offsets and
-  the one that aligns the heaviest group (:func:`_align`)."""
+  the one that aligns the heaviest group (:func:`_align`; or, without
+  ``align_heaviest``, the one that puts a monotone pair's top loss on a node)."""
   k0, (m, u) = _bins(-((-(c.j - s)) // (2 * s)), c.m_hi, c.u_lo)   # a guess suffices
   i = int(np.argmax(m))
   if not (m[i] > 0 and u[i] > 0):
     return 0.0
-  node = _align(pair, (k0 + i) * h, h, math.log(m[i] / u[i]))
+  if align_heaviest:
+    node = _align(pair, (k0 + i) * h, h, math.log(m[i] / u[i]))
+  elif isinstance(pair, MonotonePair):
+    node = float(np.asarray(pair.loss(np.array([float(pair.x_hi)]))).ravel()[0])
+    node = node if math.isfinite(node) else 0.0
+  else:
+    node = 0.0
   cands = np.append(np.arange(32) * h / 32, node - math.floor(node / h) * h)
   live = np.flatnonzero(m > 1e-9 * m.sum())
   lo_l, hi_l = (k0 + live[0]) * h, (k0 + live[-1]) * h

@@ -41,7 +41,9 @@ def _compose(p, i_lo, steps, start, nbits, *, size):
   Args:
     p: (phases, n_pad) one-step PMFs; phase k's entry j is loss (i_lo[k] + j)·h.
     i_lo: (phases,) int.  steps: (phases,) int.  start: int window start.
-    nbits: bits visited by the binary exponentiation (>= bit length of steps).
+    nbits: (phases,) bits visited by each phase's binary exponentiation
+      (>= the bit length of its steps; traced, the same for every row, so a
+      phase of 10 steps next to one of 5000 squares 4 times, not 13).
   Returns:
     ``(w, power_err)``: the (size,) composed PMF of the window and an
     allowance for the round-off that the powers add to sums of ``w``.
@@ -49,12 +51,13 @@ def _compose(p, i_lo, steps, start, nbits, *, size):
   n_pad = p.shape[-1]
   reps = -(-n_pad // size)
 
-  def spectrum(pk, t):
+  def spectrum(pk, t, bits):
     folded = jnp.pad(pk, (0, reps * size - n_pad)).reshape(reps, size).sum(axis=0)
-    return _complex_power(jnp.fft.rfft(folded), t, nbits)
+    return _complex_power(jnp.fft.rfft(folded), t, bits)
 
-  spec = jax.vmap(spectrum)(p, steps)
-  spec = jnp.prod(spec, axis=0)
+  spec = spectrum(p[0], steps[0], nbits[0])
+  for k in range(1, p.shape[0]):   # phases (static count)
+    spec = spec * spectrum(p[k], steps[k], nbits[k])
   out = jnp.fft.irfft(spec, n=size)
   shift = start - jnp.sum(steps * i_lo)
   idx = jnp.mod(shift + jnp.arange(size), size)
@@ -181,15 +184,19 @@ def _roundoff_allowance(w):
 
 
 @functools.partial(jax.jit, static_argnames=("size", "want_epsilon"))
-def _finish(p, i_lo, steps, start, nbits, h, inf_mass, queries, wrap, *, size, want_epsilon):
+def _finish(p, i_lo, steps, start, nbits, h, inf_mass, queries, wrap, shift, *, size,
+            want_epsilon):
   """Composes a group of configurations and answers their queries (one call).
 
   Args:
     p: (2m, phases, width) one-step PMFs, the m pessimistic rows then the m
       optimistic ones.  i_lo, steps: (m, phases).  start: (m,) window starts.
-    nbits: bits of the largest step count.  h, inf_mass: (m,).
-    queries: (m, K).  wrap: the Chernoff mass that may have wrapped from
-      below the window to its top (_TAIL per phase).
+    nbits: (phases,) bits of each phase's largest step count.  h, inf_mass: (m,).
+    queries: (m, K).  wrap: (m,) the Chernoff mass that may have wrapped
+      from below the window to its top (_TAIL per phase).  shift: (2, m)
+      loss shifts of host-discretised phases (:mod:`jaxdp._pld_extra`): the
+      pessimistic composed losses may be up to shift[0] above their nodes,
+      the optimistic ones are at least shift[1] above theirs.
   Returns:
     (upper, lower) of shape (m, K).
   """
@@ -211,10 +218,10 @@ def _finish(p, i_lo, steps, start, nbits, h, inf_mass, queries, wrap, *, size, w
   inf_up = inf_mass + _roundoff_allowance(w[:m]) + power_err[:m]
   zero = jnp.zeros_like(inf_mass)
   if want_epsilon:
-    up = _epsilon_batch(w_p, start, h, inf_up, queries)
-    lo = _epsilon_batch(w_o, start, h, zero, queries + slack[:, None], lower=True)
+    up = _epsilon_batch(w_p, start, h, inf_up, queries) + shift[0][:, None]
+    lo = _epsilon_batch(w_o, start, h, zero, queries + slack[:, None], lower=True) + shift[1][:, None]
   else:
-    up = _delta_batch(w_p, start, h, inf_up, queries)
-    lo = _delta_batch(w_o, start, h, zero, queries) - slack[:, None]
+    up = _delta_batch(w_p, start, h, inf_up, queries - shift[0][:, None])
+    lo = _delta_batch(w_o, start, h, zero, queries - shift[1][:, None]) - slack[:, None]
   return up, lo
 

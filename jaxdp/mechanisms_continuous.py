@@ -356,7 +356,8 @@ def laplace_pairs(b: float, sensitivity: float = 1.0):
       log_p_sf=lambda x: _laplace_log_sf(x, d, b),
       x_lo=-_LAPLACE_RANGE * b, x_hi=d + _LAPLACE_RANGE * b,
       log_q_cdf=lambda x: _laplace_log_cdf(x, 0.0, b),
-      log_q_sf=lambda x: _laplace_log_sf(x, 0.0, b))
+      log_q_sf=lambda x: _laplace_log_sf(x, 0.0, b),
+      loss_inverse=lambda level: (np.asarray(level, np.float64) * b + d) / 2.0)
   return _pairs.Mechanism(pair, pair)
 
 

@@ -231,7 +231,7 @@ def hockey_stick(pair, epsilon):
     if pair.log_q_sf is None:
       return None
     f = lambda x: np.asarray(pair.loss(x), np.float64)
-    x, _ = _bisect_x(f, eps.ravel(), pair.x_lo, pair.x_hi)
+    x, _ = _bisect_x(f, eps.ravel(), pair.x_lo, pair.x_hi, inverse=pair.loss_inverse)
     lp, lq = np.asarray(pair.log_p_sf(x)), np.asarray(pair.log_q_sf(x))
     with np.errstate(invalid="ignore", divide="ignore"):
       d = np.where(eps.ravel() + lq < lp, np.exp(lp) * -np.expm1(eps.ravel() + lq - lp), 0.0)

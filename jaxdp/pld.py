@@ -129,6 +129,7 @@ import numpy as np
 
 from jaxdp import _guards
 from jaxdp import _numerics as num
+from jaxdp import _pld_extra
 
 __all__ = [
     "delta",
@@ -222,13 +223,16 @@ def _row_batches(idx, cap, size):
   return out
 
 
-def _run(q, sigma, steps, h, queries, *, want_epsilon):
+def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None):
   """Composes U configurations (both directions) and answers (U, K) queries.
 
   Args:
     q, sigma, steps: (U, P) phases of each configuration (steps 0 = padding);
       (U,) is read as one phase.
     h: (U,) grid interval.  queries: (U, K) ε's or target δ's.
+    extra: None, or U lists of (``jaxdp.pairs.Mechanism``, count): other
+      events of each configuration, discretised on its grid on the host
+      (:mod:`jaxdp._pld_extra`) and composed as more phases of the kernel.
   Returns:
     (upper, lower, grow): (U, K) arrays, for want_epsilon the ε bounds for
     target δ's, otherwise the δ bounds for given ε's; and (U,) factors by
@@ -248,6 +252,9 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon):
   live = tf > 0
   grow = np.ones(u_count)
   pending = []
+  extra = [[] for _ in range(u_count)] if extra is None else [list(e) for e in extra]
+  n_ex = max((len(e) for e in extra), default=0)
+  caches = [{} for _ in range(u_count)]
   for remove in (True, False):
     i_lo, i_hi = _grid_range(qf, sf, tf, hh_rows, remove)
     i_lo = np.where(live, i_lo, 0)
@@ -264,6 +271,7 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon):
     a = np.zeros(rows)
     b = np.zeros(rows)
     idx = np.nonzero(live_r)[0]
+    staged = []
     for part, nb_pad in _chunks(n[idx]):
       sel = idx[np.asarray(part)]
       rob, j0, start, n_rows = _pack(n[sel], nb_pad)
@@ -272,8 +280,16 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon):
       def pad(x, fill):
         return np.concatenate([x[sel], np.full(r_pad - m, fill, x.dtype)])
 
-      out = _stage1(pad(qf, 0.5), pad(sf, 1.0), pad(hh_rows, 1.0), pad(i_lo, 0), pad(tf, 1.0),
-                    rob, j0, start, n_rows, remove=remove)
+      staged.append((sel, start, m, _stage1(pad(qf, 0.5), pad(sf, 1.0), pad(hh_rows, 1.0),
+                                            pad(i_lo, 0), pad(tf, 1.0), rob, j0, start, n_rows,
+                                            remove=remove)))
+    # Other events on each configuration's grid (jaxdp._pld_extra), on the
+    # host while the kernels above run.
+    on = [None] * u_count
+    for u in np.nonzero(grow <= 1.0)[0] if n_ex else ():
+      if extra[u]:
+        on[u] = _pld_extra.on_grid(extra[u], float(h[u]), remove, caches[u])
+    for sel, start, m, out in staged:
       pp, inf_p, po, aa, bb = (np.asarray(o) for o in out)
       for r, k in enumerate(sel):
         p_pess[k] = pp[start[r]:start[r] + n[k]]
@@ -285,9 +301,25 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon):
     a_cfg = a.reshape(u_count, n_ph).sum(1)
     b_cfg = b.reshape(u_count, n_ph).sum(1)
     log_keep = (steps * np.log1p(-inf1.reshape(u_count, n_ph))).sum(1)
-    inf_cfg = -np.expm1(log_keep) + _TAIL * n_ph
     n_cfg = n.reshape(u_count, n_ph)
     lo_cfg = i_lo.reshape(u_count, n_ph)
+    # The other events' windows add to the Gaussian phases' and their +inf
+    # masses combine as Π(M + inf)^c - Π M^c (Gaussian phases: M = 1 - inf).
+    log_mass, log_ratio = log_keep.copy(), -log_keep
+    shift = np.zeros((2, u_count))   # (upper, lower) loss shifts
+    for u in np.nonzero(grow <= 1.0)[0] if n_ex else ():
+      if extra[u]:
+        if on[u] is None:   # a one-step grid beyond the discretiser's cap
+          grow[u] = max(grow[u], 2.0)
+          continue
+        a_cfg[u] += on[u].a
+        b_cfg[u] += on[u].b
+        log_mass[u] += on[u].log_mass
+        log_ratio[u] += on[u].log_inf_ratio
+        shift[:, u] = on[u].shift_up, on[u].shift_lo
+    inf_cfg = np.exp(log_mass) * np.expm1(log_ratio) * (1 + 1e-12) + _TAIL * (n_ph + n_ex)
+    wrap_cfg = np.full(u_count, _TAIL * (n_ph + n_ex))
+    ex_width = np.array([max((len(p) for p in o.pess), default=1) if o else 1 for o in on])
     # Window lengths: powers of two only. Each configuration's window depends
     # on that configuration alone (its answer does not depend on what else
     # is in the call), and few distinct lengths means few compiled programs
@@ -299,23 +331,33 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon):
     size = np.where(grow <= 1.0, size, 0)
     for sz in np.unique(size[size > 0]):
       idx = np.nonzero(size == sz)[0]
-      chunk = max(1, _MAX_ELEMS // (int(sz) * n_ph))
+      chunk = max(1, _MAX_ELEMS // (int(sz) * (n_ph + n_ex)))
       for sel, m in _row_batches(idx, chunk, int(sz)):
         # One program per (rows, FFT length): PMFs padded to the window (or,
         # rarely, to a one-step grid longer than it).
-        width = max(int(sz), _pow2(np.max(n_cfg[sel])))
-        pp = np.zeros((len(sel), n_ph, width))
-        po = np.zeros((len(sel), n_ph, width))
+        width = max(int(sz), _pow2(max(np.max(n_cfg[sel]), np.max(ex_width[sel]))))
+        pp = np.zeros((len(sel), n_ph + n_ex, width))
+        po = np.zeros((len(sel), n_ph + n_ex, width))
+        lo_all = np.zeros((len(sel), n_ph + n_ex), np.int64)
+        st_int = np.zeros((len(sel), n_ph + n_ex), np.int64)   # count 0: padding
+        lo_all[:, :n_ph] = lo_cfg[sel]
+        st_int[:, :n_ph] = steps[sel]
         for r, k in enumerate(sel):
           for ph in range(n_ph):
             row = k * n_ph + ph
             pp[r, ph, :n[row]] = p_pess[row]
             po[r, ph, :n[row]] = p_opt[row]
-        st_int = steps[sel].astype(np.int64)
-        nbits = max(1, int(st_int.max()).bit_length())  # traced: no recompiles
-        up, lo = _finish(np.concatenate([pp, po]), lo_cfg[sel], st_int,
+          for e, (lo_e, pe, oe, c) in enumerate(zip(*on[k][:4]) if on[k] else ()):
+            pp[r, n_ph + e, :len(pe)] = pe
+            po[r, n_ph + e, :len(oe)] = oe
+            lo_all[r, n_ph + e] = lo_e
+            st_int[r, n_ph + e] = c
+        # traced, per phase: no recompiles
+        nbits = np.array([max(1, int(t).bit_length()) for t in st_int.max(axis=0)], np.int32)
+        up, lo = _finish(np.concatenate([pp, po]), lo_all, st_int,
                          a_cfg[sel].astype(np.int64), nbits, h[sel], inf_cfg[sel],
-                         queries[sel], _TAIL * n_ph, size=int(sz), want_epsilon=want_epsilon)
+                         queries[sel], wrap_cfg[sel], shift[:, sel], size=int(sz),
+                         want_epsilon=want_epsilon)
         pending.append((sel[:m], up, lo))
   for sel, up, lo in pending:  # collected after all groups are dispatched
     m = len(sel)
@@ -327,7 +369,7 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon):
   return upper, lower, grow
 
 
-def _run_within_memory(q, sigma, steps, h, queries, *, want_epsilon, automatic):
+def _run_within_memory(q, sigma, steps, h, queries, *, want_epsilon, automatic, extra=None):
   """:func:`_run` with the memory caps enforced for every input.
 
   Configurations whose grids would exceed the caps are recomputed with h
@@ -337,7 +379,7 @@ def _run_within_memory(q, sigma, steps, h, queries, *, want_epsilon, automatic):
   """
   h = np.asarray(h, np.float64).copy()
   q, sigma, steps = (np.asarray(a, np.float64).reshape(len(h), -1) for a in (q, sigma, steps))
-  upper, lower, grow = _run(q, sigma, steps, h, queries, want_epsilon=want_epsilon)
+  upper, lower, grow = _run(q, sigma, steps, h, queries, want_epsilon=want_epsilon, extra=extra)
   for _ in range(8):
     over = np.nonzero(grow > 1.0)[0]
     if not len(over):
@@ -350,7 +392,8 @@ def _run_within_memory(q, sigma, steps, h, queries, *, want_epsilon, automatic):
           f"steps={steps[k].tolist()}; use at least {h[k] * grow[k] * 1.05:.6g} or None.")
     h[over] *= grow[over] * 1.05
     u, l, g = _run(q[over], sigma[over], steps[over], h[over], queries[over],
-                   want_epsilon=want_epsilon)
+                   want_epsilon=want_epsilon,
+                   extra=None if extra is None else [extra[i] for i in over])
     upper[over], lower[over] = u, l
     grow = np.ones_like(grow)
     grow[over] = g

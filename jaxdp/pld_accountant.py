@@ -5,14 +5,18 @@ delta)`` (plus :func:`tradeoff` below). The state is the list of composed
 phases ``((event, count), ...)``; the PLD is built and composed when a
 question is asked:
 
-* every phase a Poisson-sampled Gaussian (``events.SampledGaussian``) or a
-  plain Gaussian (``events.Gaussian`` with sensitivity 1): the batched fast
-  path of :mod:`jaxdp.pld` (one FFT per phase and direction, spectra
-  multiplied on one loss grid);
-* anything else (Laplace, randomized response, discrete mechanisms, (ε, δ)
-  events, mixtures, the samplers' events, user PMF pairs): the general engine
-  :mod:`jaxdp.pld_general` on the events' dominating pairs
-  (:func:`jaxdp.mechanisms.dominating_pairs`).
+* Poisson-sampled Gaussian phases (``events.SampledGaussian``, add/remove)
+  and plain Gaussians (``events.Gaussian``): the batched fast path of
+  :mod:`jaxdp.pld` (one FFT per phase and direction, spectra multiplied on
+  one loss grid). Other events of the same configuration (Laplace,
+  randomized response, discrete mechanisms, (ε, δ) events, mixtures, the
+  samplers' events, user PMF pairs), when they are at most as many steps as
+  the Gaussian phases, are discretised on the host on that grid
+  (:mod:`jaxdp._pld_extra`) and composed as more phases of the same kernel;
+* anything else (no Gaussian phase, or other events dominating the step
+  count): the general engine :mod:`jaxdp.pld_general` on the events'
+  dominating pairs (:func:`jaxdp.mechanisms.dominating_pairs`), whose grid
+  is chosen from every phase.
 
 Both return certified upper bounds (max over the add and remove directions).
 Not jittable: the state holds concrete Python values (use
@@ -69,21 +73,46 @@ def _live_phases(phases):
   return out
 
 
-def _fast_grid(q, sigma, steps, rtol):
+def _fast_grid(q, sigma, steps, rtol, extra_var=None, extra_count=None):
   """Automatic h per configuration (rows of (n, P) phase arrays): the finest
-  phase's grid, kept coarse enough that the composed window stays bounded."""
-  h = np.min(_pld.grid_interval(q, sigma, steps, rtol), axis=1)
+  phase's grid, kept coarse enough that the composed window stays bounded.
+
+  With other events (``extra_var``: (n,) Σ count·(one-step loss variance),
+  ``extra_count``: (n,) Σ count), h may grow to the general engine's
+  sqrt(rtol·V/(2·C)) over all phases (V the composed loss variance, C the
+  number of steps; :func:`jaxdp.pld_general.grid_interval`): the relative
+  ε error of the second-order discretisations is about h²·C/V, so phases
+  with a wider loss spread (Laplace, discrete Gaussian next to a small-q
+  Gaussian) need no finer grid than their own. It is then re-aligned with
+  -log(1-q) of the finest phase.
+  """
+  per_phase = _pld.grid_interval(q, sigma, steps, rtol)
+  h = np.min(per_phase, axis=1)
   total = np.broadcast_to(steps.sum(axis=1, keepdims=True), steps.shape)
-  return np.maximum(h, np.max(_pld.grid_interval(q, sigma, total, rtol), axis=1) / 8.0)
+  h = np.maximum(h, np.max(_pld.grid_interval(q, sigma, total, rtol), axis=1) / 8.0)
+  if extra_var is None:
+    return h
+  var = (steps * _pld._loss_variance(q, sigma)).sum(axis=1) + extra_var
+  count = steps.sum(axis=1) + extra_count
+  h_all = np.minimum(np.sqrt(0.5 * rtol * var / np.maximum(count, 1.0)), _pld._MAX_AUTO_H)
+  grown = h_all > h
+  q_fine = q[np.arange(len(h)), np.argmin(per_phase, axis=1)]
+  with np.errstate(divide="ignore"):
+    top = -np.log1p(-q_fine)
+  ok = grown & np.isfinite(top) & (top >= h_all)
+  aligned = np.where(ok, top / np.ceil(np.where(ok, top, 1.0) / h_all), h_all)
+  return np.where(grown, np.maximum(aligned, h), h)
 
 
-def _fast_many(phase_lists, values, want_epsilon, vdi, rtol):
-  """Configurations whose phases are all (sampled) Gaussians, with the same
-  number P of phases: one batched call of the FFT kernel of :mod:`jaxdp.pld`.
+def _fast_many(phase_lists, values, want_epsilon, vdi, rtol, extra=None):
+  """Configurations with P (sampled) Gaussian phases each (the same P), plus
+  any other events: one batched call of the FFT kernel of :mod:`jaxdp.pld`.
 
   Args:
     phase_lists: n lists of P (event, count) pairs.
     values: (n, V) queries (δ for ε, ε for δ).
+    extra: None, or n lists of (event, count) of other events, discretised on
+      each configuration's grid (:mod:`jaxdp._pld_extra`).
 
   Returns:
     (lower, upper), each (n, V).
@@ -91,9 +120,29 @@ def _fast_many(phase_lists, values, want_epsilon, vdi, rtol):
   params = np.array([[_fast_params(ev) for ev, _ in ph] for ph in phase_lists], np.float64)
   q, sigma = params[..., 0], params[..., 1]
   steps = np.array([[c for _, c in ph] for ph in phase_lists], np.float64)
-  h = _fast_grid(q, sigma, steps, rtol) if vdi is None else np.full(len(q), float(vdi))
+  pairs, ex_var, ex_count = None, None, None
+  if extra is not None:
+    from jaxdp import mechanisms, pld_general  # pylint: disable=g-import-not-at-top
+    mechs = {}   # one dominating pair and variance per distinct event
+    for ev, _ in (item for ex in extra for item in ex):
+      key = (type(ev).__name__, repr(ev))
+      if key not in mechs:
+        mech = mechanisms.dominating_pairs(ev)
+        mechs[key] = (mech, pld_general.loss_variance(mech) if vdi is None else 0.0)
+    mechs_of = lambda ev: mechanisms.dominating_pairs(ev)  # noqa: E731
+    pairs = [[(mechs[(type(ev).__name__, repr(ev))][0], c) for ev, c in ex] for ex in extra]
+    ex_var = np.array([sum(c * mechs[(type(ev).__name__, repr(ev))][1] for ev, c in ex)
+                       for ex in extra])
+    ex_count = np.array([sum(c for _, c in ex) for ex in extra], np.float64)
+  h = (_fast_grid(q, sigma, steps, rtol, ex_var, ex_count) if vdi is None
+       else np.full(len(q), float(vdi)))
   up, lo = _pld._run_within_memory(q, sigma, steps, h, values, want_epsilon=want_epsilon,
-                                   automatic=vdi is None)
+                                   automatic=vdi is None, extra=pairs)
+  if pairs is not None:   # runtime guards (lower <= upper, >= the exact one-step bound)
+    name = "epsilon" if want_epsilon else "delta"
+    for i, (ph, ex) in enumerate(zip(phase_lists, pairs)):
+      every = [(mechs_of(ev), c) for ev, c in ph] + ex
+      lo[i], up[i] = pld_general._guard(name, every, values[i], lo[i], up[i])  # pylint: disable=protected-access
   return lo, up
 
 
@@ -109,9 +158,15 @@ def _general_one(phases, values, want_epsilon, vdi, rtol):
 def _query_many(phase_lists, values, want_epsilon, vdi, rtol):
   """(lower, upper) of n configurations at (n, V) queries.
 
-  Configurations made only of (sampled) Gaussian phases go to the batched
-  kernel, grouped by their number of phases; the others go one by one to the
-  general engine (host NumPy/SciPy FFTs: their pairs differ in shape).
+  Configurations with (sampled) Gaussian phases go to the batched kernel,
+  grouped by their number of such phases. Their other events (Laplace,
+  discrete Gaussian, ...) join them as host-discretised phases on the
+  Gaussian grid (:mod:`jaxdp._pld_extra`) when they are at most as many steps
+  as the Gaussian phases (the automatic grid is chosen from the Gaussian
+  phases: its second-order discretisation error, ~h² per step, stays within
+  rtol of ε only when the other steps do not dominate). The rest go one by
+  one to the general engine (:mod:`jaxdp.pld_general`), whose grid is chosen
+  from every phase.
   """
   n, v = values.shape
   lo, up = np.zeros((n, v)), np.zeros((n, v))
@@ -119,13 +174,17 @@ def _query_many(phase_lists, values, want_epsilon, vdi, rtol):
   for i, phases in enumerate(phase_lists):
     if not phases:
       continue
-    if all(_fast_params(ev) is not None for ev, _ in phases):
-      groups.setdefault(len(phases), []).append(i)
+    fast = [(ev, c) for ev, c in phases if _fast_params(ev) is not None]
+    other = [(ev, c) for ev, c in phases if _fast_params(ev) is None]
+    if fast and (vdi is not None or sum(c for _, c in other) <= sum(c for _, c in fast)):
+      groups.setdefault(len(fast), []).append((i, fast, other))
     else:
       lo[i], up[i] = _general_one(phases, values[i], want_epsilon, vdi, rtol)
-  for idx in groups.values():
-    lo[idx], up[idx] = _fast_many([phase_lists[i] for i in idx], values[idx], want_epsilon,
-                                  vdi, rtol)
+  for members in groups.values():
+    idx = [i for i, _, _ in members]
+    extra = [o for _, _, o in members] if any(o for _, _, o in members) else None
+    lo[idx], up[idx] = _fast_many([f for _, f, _ in members], values[idx], want_epsilon,
+                                  vdi, rtol, extra)
   return lo, up
 
 
@@ -247,9 +306,11 @@ def epsilon_batch(configs, delta, *, value_discretization_interval=None, rtol=1e
   ``[(SampledGaussian(q_i, σ_i), T_i), (Laplace(b), 10), (DiscreteGaussian(s), 5)]``.
   The answer for configuration ``i`` is what ``jaxdp.accountant.pld()`` gives
   for the same phases (``acc.epsilon(state_i, delta[i])``): the max over the
-  add and remove directions of the pessimistic PLD bound. Configurations made
-  only of (Poisson-sampled) Gaussian phases are composed together by one
-  batched FFT kernel per phase count (:mod:`jaxdp.pld`); the others by the
+  add and remove directions of the pessimistic PLD bound. Configurations
+  with (Poisson-sampled) Gaussian phases are composed together by one batched
+  FFT kernel per Gaussian phase count (:mod:`jaxdp.pld`), their other events
+  discretised on each configuration's grid when they are at most as many
+  steps as the Gaussian phases (:mod:`jaxdp._pld_extra`); the others by the
   general engine (:mod:`jaxdp.pld_general`), one configuration at a time.
 
   Args:

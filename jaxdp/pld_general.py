@@ -81,7 +81,7 @@ from jaxdp import _pair_types
 from jaxdp import _pairs_discretise
 from jaxdp import pairs as _pairs
 
-__all__ = ["epsilon", "delta", "grid_interval"]
+__all__ = ["epsilon", "delta", "grid_interval", "loss_variance"]
 
 _EPS = float(np.finfo(np.float64).eps)
 _KAPPA = 1e-22           # total Chernoff-certified tail mass sent to +inf
@@ -147,6 +147,25 @@ def _moments(pmf, h):
   return float((p * (x - mu) ** 2).sum() / m)
 
 
+def loss_variance(mech, cache=None):
+  """One-step privacy-loss variance of a ``pairs.Mechanism`` (max over its
+  directions), from pessimistic discretisations refined until h <= sd/4."""
+  cache = {} if cache is None else cache
+  v = 0.0
+  for pair in {id(mech.remove): mech.remove, id(mech.add): mech.add}.values():
+    hc, var = 1e-2, 1.0
+    for _ in range(4):
+      try:
+        var = _moments(_discretize(pair, hc, 1e-30, cache, optimistic=False)[0], hc)
+      except _TooLarge:
+        break
+      if var >= 16 * hc * hc or hc <= _H_MIN:
+        break
+      hc = max(math.sqrt(var) / 4, _H_MIN)
+    v = max(v, var)
+  return v
+
+
 def grid_interval(phases, rtol=1e-3):
   """The automatic grid interval h for ``phases`` (see the module docstring)."""
   phases = _validate(phases)
@@ -156,19 +175,7 @@ def grid_interval(phases, rtol=1e-3):
   cache = {}
   total_v, total_c = 0.0, 0
   for mech, count in phases:
-    v = 0.0
-    for pair in {id(mech.remove): mech.remove, id(mech.add): mech.add}.values():
-      hc, var = 1e-2, 1.0
-      for _ in range(4):
-        try:
-          var = _moments(_discretize(pair, hc, 1e-30, cache, optimistic=False)[0], hc)
-        except _TooLarge:
-          break
-        if var >= 16 * hc * hc or hc <= _H_MIN:
-          break
-        hc = max(math.sqrt(var) / 4, _H_MIN)
-      v = max(v, var)
-    total_v += count * v
+    total_v += count * loss_variance(mech, cache)
     total_c += count
   h = float(np.clip(math.sqrt(0.5 * rtol * total_v / total_c), _H_MIN, _H_MAX))
   # Put the smallest top loss (an atom or pile-up: ε0 of pure DP, 1/b of
