@@ -50,6 +50,15 @@ _EPOCH_EVENTS = (_events.BallsInBinsGaussian, _events.ShuffledGaussian)
 # --------------------------------------------------------------------------
 
 
+def _poisson_x_of_loss(level, q, sigma):
+  """x with log(1 - q + q e^{(2x-1)/(2σ²)}) = level (-inf at or below log(1 - q))."""
+  level = np.asarray(level, np.float64)
+  with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+    x = sigma * sigma * (np.log(np.expm1(level - math.log1p(-q)))
+                         + math.log1p(-q) - math.log(q)) + 0.5
+  return np.where(level > math.log1p(-q), x, -np.inf)
+
+
 def poisson_gaussian(q, sigma, relation="add_remove") -> _pairs.Mechanism:
   """Poisson-subsampled Gaussian (rate q, clip norm 1, noise std σ).
 
@@ -70,6 +79,9 @@ def poisson_gaussian(q, sigma, relation="add_remove") -> _pairs.Mechanism:
   if relation == "add_remove":
     rem = _pairs.gaussian_mixture_pair([0.0, 1.0], [1 - q, q], [0.0], [1.0], sigma)
     add = _pairs.gaussian_mixture_pair([0.0], [1.0], [0.0, -1.0], [1 - q, q], sigma)
+    if 0.0 < q < 1.0:   # closed-form inverses of the losses (a speed hint, checked)
+      rem = rem._replace(loss_inverse=lambda l: _poisson_x_of_loss(l, q, sigma))
+      add = add._replace(loss_inverse=lambda l: -_poisson_x_of_loss(-np.asarray(l), q, sigma))
     return _pairs.Mechanism(rem, add)
   if relation == "replace_one":
     pair = _pairs.gaussian_mixture_pair([0.0, 1.0], [1 - q, q], [0.0, -1.0], [1 - q, q], sigma)
