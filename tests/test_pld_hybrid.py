@@ -26,10 +26,12 @@ mp.mp.dps = 40
 
 @pytest.fixture
 def hybrid_only(monkeypatch):
-  """Fails the test if a configuration falls back to the general engine."""
+  """Fails the test if a configuration falls back to the general engine; one
+  mixed configuration per call (the accountant's) goes to the kernel too."""
   def boom(*a, **k):
     raise AssertionError("configuration went to the general engine")
   monkeypatch.setattr(PA, "_general_one", boom)
+  monkeypatch.setattr(PA, "_MIXED_KERNEL_MIN", 1)
 
 
 def _bounds(phases, value, want_epsilon):
@@ -206,7 +208,7 @@ def test_two_gaussian_phases_and_two_extras(hybrid_only):
 
 
 def test_batch_mixes_configurations(hybrid_only):
-  """epsilon_batch answers each configuration as the accountant does alone,
+  """epsilon_batch answers each configuration as the kernel does alone,
   whatever else is in the batch (different extras, none, several)."""
   cfgs = [[(E.SampledGaussian(0.01, 1.0), 1000), (E.Laplace(20.0), 10)],
           [(E.SampledGaussian(0.02, 1.5), 300)],
@@ -242,14 +244,30 @@ def test_random_mixes_ordered_and_monotone(hybrid_only):
 
 def test_routing(monkeypatch):
   """Other events with more steps than the Gaussian phases go to the general
-  engine (the grid is chosen from every phase there); otherwise the kernel."""
+  engine (the grid is chosen from every phase there); otherwise the kernel,
+  when the call holds at least two mixed configurations (one goes to the
+  general engine: no compilation for a single question)."""
   calls = []
   real = PA._general_one
   monkeypatch.setattr(PA, "_general_one", lambda *a: calls.append(1) or real(*a))
-  _bounds([(E.SampledGaussian(0.01, 1.0), 100), (E.Laplace(5.0), 100)], 1e-5, True)
+  ok = [(E.SampledGaussian(0.01, 1.0), 100), (E.Laplace(5.0), 100)]
+  PA.epsilon_batch([ok, ok], 1e-5)
   assert not calls
-  _bounds([(E.SampledGaussian(0.01, 1.0), 100), (E.Laplace(5.0), 101)], 1e-5, True)
-  assert calls
+  _bounds(ok, 1e-5, True)
+  assert len(calls) == 1
+  many = [(E.SampledGaussian(0.01, 1.0), 100), (E.Laplace(5.0), 101)]
+  PA.epsilon_batch([many, many], 1e-5)
+  assert len(calls) == 3
+
+
+def test_single_question_agrees_with_batch():
+  """The accountant's single mixed question (general engine) and the batch's
+  answer (kernel) are both certified: their intervals overlap."""
+  ph = [(E.SampledGaussian(0.01, 1.0), 1000), (E.Laplace(20.0), 10), (E.DiscreteGaussian(30.0), 5)]
+  lo1, up1 = _bounds(ph, 1e-5, want_epsilon=True)
+  lo, up = PA.epsilon_batch([ph, ph], 1e-5, return_bounds=True)
+  assert lo[0] <= up1 and lo1 <= up[0]
+  assert abs(up[0] / up1 - 1) <= 2e-3
 
 
 def test_extra_grid_beyond_cap_grows_h(hybrid_only):
