@@ -131,3 +131,44 @@ def on_grid(phases, h, remove, cache=None):
   col = list(zip(*parts))
   return OnGrid(list(col[0]), list(col[1]), list(col[2]), [c for _, c in phases],
                 int(sum(col[3])), int(sum(col[4])), *(float(sum(x)) for x in col[5:]))
+
+
+def join(on, extra, grow, a_cfg, b_cfg, log_keep):
+  """Adds the other events of each configuration to its totals (in place for
+  ``grow``, ``a_cfg``, ``b_cfg``): windows add (a union bound over phases);
+  +inf masses combine as Π(M + ∞)^c - Π M^c (the Gaussian phases, with
+  ``log_keep`` = Σ T·log(1 - ∞), have M = 1 - ∞). A configuration whose
+  :func:`on_grid` failed (None) is flagged to grow its h.
+
+  Returns:
+    (inf mass (n,), loss shifts (2, n) (upper, lower), widest PMF (n,)).
+  """
+  n = len(on)
+  log_mass, log_ratio = log_keep.copy(), -log_keep
+  shift = np.zeros((2, n))
+  width = np.ones(n, np.int64)
+  for u in range(n):
+    if not extra[u] or grow[u] > 1.0:
+      continue
+    o = on[u]
+    if o is None:   # a one-step grid beyond the discretiser's cap
+      grow[u] = max(grow[u], 2.0)
+      continue
+    a_cfg[u] += o.a
+    b_cfg[u] += o.b
+    log_mass[u] += o.log_mass
+    log_ratio[u] += o.log_inf_ratio
+    shift[:, u] = o.shift_up, o.shift_lo
+    width[u] = max(len(p) for p in o.pess)
+  # 1 + 1e-12: the product form's rounding goes toward more +inf mass
+  return np.exp(log_mass) * np.expm1(log_ratio) * (1 + 1e-12), shift, width
+
+
+def place(o, first, pp, po, lo, steps):
+  """Writes one configuration's other phases into its kernel rows from phase
+  index ``first`` on (``pp``/``po``: (phases, width); ``lo``, ``steps``: (phases,))."""
+  for e, (lo_e, pe, oe, c) in enumerate(zip(o.lo, o.pess, o.opt, o.count)):
+    pp[first + e, :len(pe)] = pe
+    po[first + e, :len(oe)] = oe
+    lo[first + e] = lo_e
+    steps[first + e] = c

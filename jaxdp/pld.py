@@ -303,23 +303,10 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None):
     log_keep = (steps * np.log1p(-inf1.reshape(u_count, n_ph))).sum(1)
     n_cfg = n.reshape(u_count, n_ph)
     lo_cfg = i_lo.reshape(u_count, n_ph)
-    # The other events' windows add to the Gaussian phases' and their +inf
-    # masses combine as Π(M + inf)^c - Π M^c (Gaussian phases: M = 1 - inf).
-    log_mass, log_ratio = log_keep.copy(), -log_keep
-    shift = np.zeros((2, u_count))   # (upper, lower) loss shifts
-    for u in np.nonzero(grow <= 1.0)[0] if n_ex else ():
-      if extra[u]:
-        if on[u] is None:   # a one-step grid beyond the discretiser's cap
-          grow[u] = max(grow[u], 2.0)
-          continue
-        a_cfg[u] += on[u].a
-        b_cfg[u] += on[u].b
-        log_mass[u] += on[u].log_mass
-        log_ratio[u] += on[u].log_inf_ratio
-        shift[:, u] = on[u].shift_up, on[u].shift_lo
-    inf_cfg = np.exp(log_mass) * np.expm1(log_ratio) * (1 + 1e-12) + _TAIL * (n_ph + n_ex)
+    # The other events' windows and +inf masses join the Gaussian phases'.
+    inf_cfg, shift, ex_width = _pld_extra.join(on, extra, grow, a_cfg, b_cfg, log_keep)
+    inf_cfg += _TAIL * (n_ph + n_ex)
     wrap_cfg = np.full(u_count, _TAIL * (n_ph + n_ex))
-    ex_width = np.array([max((len(p) for p in o.pess), default=1) if o else 1 for o in on])
     # Window lengths: powers of two only. Each configuration's window depends
     # on that configuration alone (its answer does not depend on what else
     # is in the call), and few distinct lengths means few compiled programs
@@ -347,11 +334,8 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None):
             row = k * n_ph + ph
             pp[r, ph, :n[row]] = p_pess[row]
             po[r, ph, :n[row]] = p_opt[row]
-          for e, (lo_e, pe, oe, c) in enumerate(zip(*on[k][:4]) if on[k] else ()):
-            pp[r, n_ph + e, :len(pe)] = pe
-            po[r, n_ph + e, :len(oe)] = oe
-            lo_all[r, n_ph + e] = lo_e
-            st_int[r, n_ph + e] = c
+          if on[k]:
+            _pld_extra.place(on[k], n_ph, pp[r], po[r], lo_all[r], st_int[r])
         # traced, per phase: no recompiles
         nbits = np.array([max(1, int(t).bit_length()) for t in st_int.max(axis=0)], np.int32)
         up, lo = _finish(np.concatenate([pp, po]), lo_all, st_int,
