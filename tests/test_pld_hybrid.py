@@ -130,7 +130,7 @@ def test_rr_pair_matches_reference_pmf():
 @pytest.mark.parametrize("sigma, steps, b, rr", [
     (2.0, 40, 3.0, (0.6, 4, 2)),
     (0.9, 5, 1.0, (0.3, 2, 1)),
-    (8.0, 400, 10.0, (0.8, 10, 3)),
+    pytest.param(8.0, 400, 10.0, (0.8, 10, 3), marks=pytest.mark.slow),   # 27 RR atoms, ~10 s
 ])
 def test_exact_gaussian_laplace_rr(hybrid_only, sigma, steps, b, rr):
   """lower <= exact δ <= upper at several ε, and ε(δ) brackets the exact root."""
