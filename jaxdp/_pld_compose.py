@@ -219,7 +219,8 @@ def _finish(p, i_lo, steps, start, nbits, h, inf_mass, queries, wrap, shift, *, 
   zero = jnp.zeros_like(inf_mass)
   if want_epsilon:
     up = _epsilon_batch(w_p, start, h, inf_up, queries) + shift[0][:, None]
-    lo = _epsilon_batch(w_o, start, h, zero, queries + slack[:, None], lower=True) + shift[1][:, None]
+    lo = _epsilon_batch(w_o, start, h, zero, queries + slack[:, None], lower=True)
+    lo = lo + shift[1][:, None]
   else:
     up = _delta_batch(w_p, start, h, inf_up, queries - shift[0][:, None])
     lo = _delta_batch(w_o, start, h, zero, queries - shift[1][:, None]) - slack[:, None]
