@@ -226,14 +226,20 @@ def hockey_stick(pair, epsilon):
   eps = np.asarray(epsilon, np.float64)
   if isinstance(pair, DiscretePair):
     p, q = np.asarray(pair.p, np.float64).ravel(), np.asarray(pair.q, np.float64).ravel()
-    return np.maximum(p - np.exp(eps)[..., None] * q, 0.0).sum(-1) * (1 - 1e-12)
+    # (p - e^ε q)_+ = p·(1 - e^{ε - l})_+ with l = log(p/q): no e^ε (which
+    # overflowed to inf·0 = NaN at q = 0 for ε > 709); l = +inf keeps p.
+    with np.errstate(divide="ignore", invalid="ignore"):
+      l = np.log(p) - np.log(q)
+      e = eps[..., None]
+      terms = np.where(l == np.inf, p, np.where(e < l, p * -np.expm1(np.minimum(e - l, 0.0)), 0.0))
+    return np.nan_to_num(terms, nan=0.0).sum(-1) * (1 - 1e-12)
   if isinstance(pair, MonotonePair):
     if pair.log_q_sf is None:
       return None
     f = lambda x: np.asarray(pair.loss(x), np.float64)
     x, _ = _bisect_x(f, eps.ravel(), pair.x_lo, pair.x_hi, inverse=pair.loss_inverse)
     lp, lq = np.asarray(pair.log_p_sf(x)), np.asarray(pair.log_q_sf(x))
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
       d = np.where(eps.ravel() + lq < lp, np.exp(lp) * -np.expm1(eps.ravel() + lq - lp), 0.0)
     return (np.nan_to_num(d) * (1 - 1e-9)).reshape(eps.shape)
   if isinstance(pair, SymmetrizedPair):

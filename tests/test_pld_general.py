@@ -421,3 +421,20 @@ def test_sweep_discrete_brute_force(seed):
   lo, up = G.delta([(mech, T)], eps, return_bounds=True)
   exact = np.array([_exact_both(p, q, T, e) for e in eps])
   assert np.all(lo <= exact + 1e-12) and np.all(exact <= up + 1e-12)
+
+
+def test_discrete_hockey_stick_at_huge_epsilon():
+  """Regression: e^ε overflowed to inf and inf·0 (an outcome Q cannot produce)
+  gave NaN, which the δ guard took as its lower bound. Now the +inf-loss
+  outcomes keep their P-mass at every ε, without warnings."""
+  import warnings
+  from jaxdp import pairs
+  pr = pairs.DiscretePair(np.array([0.5, 0.3, 0.2, 0.0]), np.array([0.3, 0.5, 0.0, 0.2]))
+  eps = np.array([0.0, 0.3, 1.0, 800.0, 1e5, np.inf])
+  ref = np.array([sum(max(p - math.exp(min(e, 700.0)) * q, 0.0) if q > 0 else p
+                      for p, q in zip(pr.p, pr.q)) for e in eps])
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    got = pairs.hockey_stick(pr, eps)
+  np.testing.assert_allclose(got, ref, rtol=1e-9)
+  assert np.all(got <= ref)
