@@ -411,6 +411,19 @@ def _align(pair, centre, h, merged):
   return float(es[i])
 
 
+def top_loss(pair):
+  """The largest finite privacy loss of a pair (loss(x_hi) for a monotone one)."""
+  if isinstance(pair, DiscretePair):
+    p, q = np.asarray(pair.p, np.float64).ravel(), np.asarray(pair.q, np.float64).ravel()
+    ok = (p > 0) & (q > 0)
+    return float(np.max(np.log(p[ok]) - np.log(q[ok]))) if ok.any() else math.inf
+  if isinstance(pair, MonotonePair):
+    return float(np.asarray(pair.loss(np.array([float(pair.x_hi)]))).ravel()[0])
+  if isinstance(pair, SymmetrizedPair):
+    return top_loss(pair.base)
+  return max(top_loss(p) for sub in pair.pairs for p in _split(sub))
+
+
 def _choose_offset(pair, c, h, s, align_heaviest=True):
   """Optimistic grid offset with the least rounding debt at the edges of the loss
   law (the lowest group cannot take from below, the highest cannot borrow from
@@ -424,7 +437,7 @@ def _choose_offset(pair, c, h, s, align_heaviest=True):
   if align_heaviest:
     node = _align(pair, (k0 + i) * h, h, math.log(m[i] / u[i]))
   elif isinstance(pair, MonotonePair):
-    node = float(np.asarray(pair.loss(np.array([float(pair.x_hi)]))).ravel()[0])
+    node = top_loss(pair)
     node = node if math.isfinite(node) else 0.0
   else:
     node = 0.0

@@ -115,11 +115,15 @@ def _suffix_sums(w, c):
   return out.reshape(-1)[:n]
 
 
+def _next(x):
+  """x shifted one node down: x_{k+1}, 0 at the top."""
+  return jnp.concatenate([x[1:], jnp.zeros((1,), x.dtype)])
+
+
 def _discounted_tail(w, c):
   """S_k = Σ_{m>k} w_m c^{m-k} for every k (0 < c <= 1) = c·T_{k+1}
   (:func:`_suffix_sums`)."""
-  t = _suffix_sums(w, c)
-  return c * jnp.concatenate([t[1:], jnp.zeros((1,), w.dtype)])
+  return c * _next(_suffix_sums(w, c))
 
 
 def _grid_deltas(w, h):
@@ -132,8 +136,7 @@ def _grid_deltas(w, h):
   s = _discounted_tail(w, jnp.exp(-h))
   # (1 - e^{-h})(w_{k+1} + S_{k+1}): finite for every h (e^h - 1 overflows
   # for h > 709, and inf·0 would be NaN).
-  nxt = lambda x: jnp.concatenate([x[1:], jnp.zeros((1,), x.dtype)])  # noqa: E731
-  t = -jnp.expm1(-h) * (nxt(w) + nxt(s))
+  t = -jnp.expm1(-h) * (_next(w) + _next(s))
   d = _suffix_sums(t, jnp.ones((), t.dtype))
   return d, s
 

@@ -123,17 +123,24 @@ def _fast_many(phase_lists, values, want_epsilon, vdi, rtol, extra=None):
   pairs, ex_var, ex_count = None, None, None
   if extra is not None:
     from jaxdp import mechanisms, pld_general  # pylint: disable=g-import-not-at-top
-    mechs = {}   # one dominating pair and variance per distinct event
-    for ev, _ in (item for ex in extra for item in ex):
+    pair_cache, var_cache = {}, {}   # per distinct event
+
+    def mech(ev):
       key = (type(ev).__name__, repr(ev))
-      if key not in mechs:
-        mech = mechanisms.dominating_pairs(ev)
-        mechs[key] = (mech, pld_general.loss_variance(mech) if vdi is None else 0.0)
-    mechs_of = lambda ev: mechanisms.dominating_pairs(ev)  # noqa: E731
-    pairs = [[(mechs[(type(ev).__name__, repr(ev))][0], c) for ev, c in ex] for ex in extra]
-    ex_var = np.array([sum(c * mechs[(type(ev).__name__, repr(ev))][1] for ev, c in ex)
-                       for ex in extra])
-    ex_count = np.array([sum(c for _, c in ex) for ex in extra], np.float64)
+      if key not in pair_cache:
+        pair_cache[key] = mechanisms.dominating_pairs(ev)
+      return pair_cache[key]
+
+    def variance(ev):
+      key = (type(ev).__name__, repr(ev))
+      if key not in var_cache:
+        var_cache[key] = pld_general.loss_variance(mech(ev))
+      return var_cache[key]
+
+    pairs = [[(mech(ev), c) for ev, c in ex] for ex in extra]
+    if vdi is None:
+      ex_var = np.array([sum(c * variance(ev) for ev, c in ex) for ex in extra])
+      ex_count = np.array([sum(c for _, c in ex) for ex in extra], np.float64)
   h = (_fast_grid(q, sigma, steps, rtol, ex_var, ex_count) if vdi is None
        else np.full(len(q), float(vdi)))
   up, lo = _pld._run_within_memory(q, sigma, steps, h, values, want_epsilon=want_epsilon,
@@ -141,7 +148,7 @@ def _fast_many(phase_lists, values, want_epsilon, vdi, rtol, extra=None):
   if pairs is not None:   # runtime guards (lower <= upper, >= the exact one-step bound)
     name = "epsilon" if want_epsilon else "delta"
     for i, (ph, ex) in enumerate(zip(phase_lists, pairs)):
-      every = [(mechs_of(ev), c) for ev, c in ph] + ex
+      every = [(mech(ev), c) for ev, c in ph] + ex
       lo[i], up[i] = pld_general._guard(name, every, values[i], lo[i], up[i])  # pylint: disable=protected-access
   return lo, up
 

@@ -77,7 +77,6 @@ from scipy import special as sps
 
 from jaxdp import _guards
 from jaxdp import _numerics as nx
-from jaxdp import _pair_types
 from jaxdp import _pairs_discretise
 from jaxdp import pairs as _pairs
 
@@ -180,26 +179,12 @@ def grid_interval(phases, rtol=1e-3):
   h = float(np.clip(math.sqrt(0.5 * rtol * total_v / total_c), _H_MIN, _H_MAX))
   # Put the smallest top loss (an atom or pile-up: ε0 of pure DP, 1/b of
   # Laplace, -log(1-q) in the add direction of subsampling) on the grid.
-  tops = [t for mech, _ in phases for pair in (mech.remove, mech.add) for t in [_top_loss(pair)]
-          if h <= t <= 100.0]
+  tops = [t for mech, _ in phases for pair in (mech.remove, mech.add)
+          for t in [_pairs_discretise.top_loss(pair)] if h <= t <= 100.0]
   if tops:
     top = min(tops)
     h = top / math.ceil(top / h * (1 - 1e-12))
   return h
-
-
-def _top_loss(pair):
-  """The largest finite privacy loss of a pair (loss(x_hi) for a monotone one)."""
-  if isinstance(pair, _pairs.DiscretePair):
-    p, q = np.asarray(pair.p, np.float64).ravel(), np.asarray(pair.q, np.float64).ravel()
-    ok = (p > 0) & (q > 0)
-    return float(np.max(np.log(p[ok]) - np.log(q[ok]))) if ok.any() else math.inf
-  if isinstance(pair, _pairs.MonotonePair):
-    return float(np.asarray(pair.loss(np.array([float(pair.x_hi)]))).ravel()[0])
-  if isinstance(pair, _pairs.SymmetrizedPair):
-    return _top_loss(pair.base)
-  split = _pair_types._split  # pylint: disable=protected-access
-  return max(_top_loss(p) for sub in pair.pairs for p in split(sub))
 
 
 # --------------------------------------------------------------------------
