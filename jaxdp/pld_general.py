@@ -479,7 +479,9 @@ def _run(phases, h, automatic, kappa, fn, focus):
       results = []
       for name in dirs:
         pmfs = [_discretize(getattr(m, name), h, zeta, cache) for m, _ in phases]
-        results.append(fn(*_compose(pmfs, [c for _, c in phases], h, kappa, focus)))
+        # fn reads the composed PMFs on this attempt's grid h (grown from the
+        # caller's when automatic)
+        results.append(fn(*_compose(pmfs, [c for _, c in phases], h, kappa, focus), h))
       return results
     except _TooLarge as e:
       if not automatic or h >= 1.0:
@@ -528,7 +530,8 @@ def delta(phases, epsilon, *, value_discretization_interval=None, rtol=1e-3, ret
     z = np.zeros(eps.shape)
     return nx.to_host((z, z)) if return_bounds else nx.to_host(z)
   res = _run(phases, h, value_discretization_interval is None, _KAPPA,
-             lambda pe, op, sh: (_delta_of(op, h, eps, False, sh), _delta_of(pe, h, eps, True, sh)),
+             lambda pe, op, sh, hr: (_delta_of(op, hr, eps, False, sh),
+                                     _delta_of(pe, hr, eps, True, sh)),
              dict(eps=float(np.min(eps[np.isfinite(eps)], initial=np.inf))))
   lo = np.max([r[0] for r in res], axis=0)
   up = np.max([r[1] for r in res], axis=0)
@@ -558,8 +561,8 @@ def epsilon(phases, delta, *, value_discretization_interval=None, rtol=1e-3, ret
     return nx.to_host((z, z)) if return_bounds else nx.to_host(z)
   kappa = min(_KAPPA, 1e-6 * float(target.min()))
   res = _run(phases, h, value_discretization_interval is None, max(kappa, 1e-300),
-             lambda pe, op, sh: (_epsilon_of(op, h, target, False, sh),
-                                 _epsilon_of(pe, h, target, True, sh)),
+             lambda pe, op, sh, hr: (_epsilon_of(op, hr, target, False, sh),
+                                     _epsilon_of(pe, hr, target, True, sh)),
              dict(log_delta=math.log(float(target.min()))))
   lo = np.max([r[0] for r in res], axis=0)
   up = np.max([r[1] for r in res], axis=0)

@@ -438,3 +438,29 @@ def test_discrete_hockey_stick_at_huge_epsilon():
     got = pairs.hockey_stick(pr, eps)
   np.testing.assert_allclose(got, ref, rtol=1e-9)
   assert np.all(got <= ref)
+
+
+def test_automatic_grid_growth_reads_the_grown_grid(monkeypatch):
+  """Regression: when the automatic grid had to grow (window beyond the memory
+  cap), δ and ε were read off the composed PMF with the ORIGINAL interval h,
+  so losses were mislabelled: at q = 1e-3, σ = 1, 10^6 steps the upper δ(0)
+  came out 0.117 where the truth is ~0.49 (only the guard, seeing lower >
+  upper, caught it). With a small cap the growth happens at once; the answer
+  must bracket the one computed on a fixed grid, and the true δ from the
+  Gaussian closed form (q = 1 here: the exact reference)."""
+  from scipy import stats
+  monkeypatch.setattr(G, "_MAX_WINDOW", 2 ** 14)
+  sigma, steps = 4.0, 400
+  from jaxdp import events as E, mechanisms
+  pairs = [(mechanisms.dominating_pairs(E.Gaussian(sigma)), steps)]
+  mu = math.sqrt(steps) / sigma
+  eps = np.array([0.0, 1.0, 3.0])
+  exact = stats.norm.cdf(mu / 2 - eps / mu) - np.exp(eps) * stats.norm.cdf(-mu / 2 - eps / mu)
+  h0 = G.grid_interval(pairs)
+  lo, up = G.delta(pairs, eps, return_bounds=True)
+  assert np.all(lo <= exact * (1 + 1e-9)) and np.all(exact <= up * (1 + 1e-9)), (lo, exact, up)
+  e_lo, e_up = G.epsilon(pairs, 1e-3, return_bounds=True)
+  exact_at = lambda e: stats.norm.cdf(mu / 2 - e / mu) - math.exp(e) * stats.norm.cdf(-mu / 2 - e / mu)
+  assert exact_at(e_up) <= 1e-3 * (1 + 1e-9) and exact_at(e_lo) >= 1e-3 * (1 - 1e-9)
+  with pytest.raises(ValueError, match="value_discretization_interval"):
+    G.delta(pairs, eps, value_discretization_interval=h0)   # the cap forces growth
