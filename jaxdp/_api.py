@@ -59,6 +59,24 @@ def _bucket(n):
   return next((b for b in _BUCKETS if n <= b), _CHUNK)
 
 
+# The first few small questions of a process are answered on the host
+# (jaxdp._host_rdp: NumPy, the same formulas, ~40 ms each, nothing to
+# compile); later ones go to the compiled programs (~5 ms each once built,
+# ~5 s to build on a 2-core CPU), so a loop of single questions pays the
+# compilation once instead of 40 ms per question.
+_HOST_QUESTIONS = 8
+_host_questions_left = [_HOST_QUESTIONS]
+
+
+def _host_turn(n):
+  """Whether n configurations take the host path (and count one question)."""
+  from jaxdp import _host_rdp  # pylint: disable=g-import-not-at-top
+  if 0 < n <= _host_rdp.MAX_CONFIGURATIONS and _host_questions_left[0] > 0:
+    _host_questions_left[0] -= 1
+    return True
+  return False
+
+
 def _run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False):
   """The RDP value per configuration, chunked; with ``with_order`` (default
   orders only) also the real order at which it was attained."""
@@ -69,6 +87,14 @@ def _run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False):
   search_plan = _order_search.plan(key)
   if with_order and (orders is not None or search_plan is None):
     raise ValueError("with_order needs the default orders.")
+  if orders is None and search_plan is not None and _host_turn(n):
+    from jaxdp import _host_rdp  # pylint: disable=g-import-not-at-top
+    res = _host_rdp.minimum_over_all_orders(kind, method, *flat, rdp_nodes_for(flat[1]),
+                                            with_order=with_order)
+    result, alpha = res if with_order else (res, None)
+    if kind == "delta":
+      result = delta_floor(result, flat[0], flat[2], flat[3])
+    return (result.reshape(shape), alpha.reshape(shape)) if with_order else result.reshape(shape)
   chunk = _bucket(n)
   out, best_orders = [], []
   for start in range(0, n, chunk):
@@ -123,6 +149,12 @@ def delta_floor(delta, q, steps, epsilon):
   return np.where(live, np.maximum(delta, np.finfo(np.float64).tiny), delta)
 
 
+def is_sampler(x) -> bool:
+  """Whether ``x`` is a :mod:`jaxdp.sampling` sampler (duck-typed, so that the
+  plain-rate path never imports the sampler machinery and its SciPy)."""
+  return hasattr(x, "event") and hasattr(x, "dataset_size") and not isinstance(x, np.ndarray)
+
+
 def epsilon(q, sigma, steps, delta, *, accountant: str = "rdp", orders=None,
             method: str = "improved"):
   """ε of DP-SGD: ``steps`` compositions of the Poisson-sampled Gaussian.
@@ -165,8 +197,8 @@ def epsilon(q, sigma, steps, delta, *, accountant: str = "rdp", orders=None,
   Raises:
     ValueError: on an argument outside its domain (named, with its value).
   """
-  from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
-  if _sampler_api.is_sampler(q):
+  if is_sampler(q):
+    from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
     return _sampler_api.epsilon(q, sigma, steps, delta, accountant, orders)
   _validate_common(q, sigma, steps)
   nx.check_array("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
@@ -194,8 +226,8 @@ def delta(q, sigma, steps, epsilon, *, accountant: str = "rdp", orders=None):
   Returns:
     δ ∈ (0, 1] upper-bounding the true δ, float64 NumPy.
   """
-  from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
-  if _sampler_api.is_sampler(q):
+  if is_sampler(q):
+    from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
     return _sampler_api.delta(q, sigma, steps, epsilon, accountant, orders)
   _validate_common(q, sigma, steps)
   nx.check_array("epsilon", epsilon, low=0.0)
@@ -210,3 +242,4 @@ def delta(q, sigma, steps, epsilon, *, accountant: str = "rdp", orders=None):
   orders = _validate_orders(orders)
   with nx.x64():
     return nx.to_host(_run_chunked("delta", q, sigma, steps, epsilon, orders, "improved"))
+

@@ -195,6 +195,8 @@ def _check_epsilon_rdp(q, s, t_steps, d, orders, with_order=False):
   """
   from jaxdp import _api
   n = q.shape[0]
+  if orders is None and not with_order and 0 < n <= _SMALL:
+    return _host_epsilon(q, s, t_steps, d)
   size = _chunk_size(n)
   out, alphas = [], []
   for start in range(0, n, size):
@@ -211,6 +213,25 @@ def _check_epsilon_rdp(q, s, t_steps, d, orders, with_order=False):
   if with_order:
     return eps, (np.concatenate(alphas) if alphas else np.zeros(0))
   return eps
+
+
+# The host path (jaxdp._host_rdp) and the compiled one agree to ~1e-13
+# relative (tests/test_host_rdp.py); a host value inflated by this margin
+# that meets a target meets it on either path of jaxdp.epsilon.
+_HOST_MARGIN = 1e-11
+
+
+def _host_epsilon(q, s, t_steps, d):
+  """ε of a few configurations (default orders) on the host, no compilation,
+  with the nodes :func:`jaxdp.epsilon` would use for each on its own."""
+  from jaxdp import _host_rdp  # pylint: disable=g-import-not-at-top
+  eps = np.empty(q.shape[0])
+  wide = s >= 0.5
+  for sel, nodes in ((wide, rdp._NODES_WIDE), (~wide, rdp._NODES_PER_WINDOW)):
+    if np.any(sel):
+      eps[sel] = _host_rdp.minimum_over_all_orders("epsilon", "improved", q[sel], s[sel],
+                                                   t_steps[sel], d[sel], nodes)
+  return eps * (1.0 + _HOST_MARGIN)
 
 
 def _check_epsilon(kind_acc, q, s, t_steps, d, orders):
@@ -251,7 +272,14 @@ def _small_boundary(kind, target, delta, a, b, orders_checked, rtol):
                               orders_checked).reshape(m, p)
 
   x, _, feasible = _grid_search.boundary(eps_at, target, xmin, xmax, 0.5 * rtol)
-  return _from_x(kind, x), ~feasible
+  value = _from_x(kind, x)
+  # The probes shared a quadrature grid; check each answer on its own, as
+  # jaxdp.epsilon will (a nudge where the two differ in the last digits).
+  e = _check_epsilon("rdp", *((a, value) if kind == "sigma" else (value, a)), b, delta,
+                     orders_checked)
+  value = _make_feasible(kind, "rdp", value, e, target, delta, a, b, orders_checked,
+                         skip=~feasible)
+  return value, ~feasible
 
 def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
   """Solve for σ (kind "sigma", a = q) or q (kind "q", a = σ) under RDP.

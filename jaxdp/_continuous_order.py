@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdp import _numerics as nx
 from jaxdp import rdp
 
 # Golden-section iterations (one RDP evaluation each). The bracket in
@@ -40,13 +41,13 @@ ITERATIONS = 14
 _INV_PHI = (math.sqrt(5.0) - 1.0) / 2.0
 
 
-def _value(kind, method, nodes, q, sigma, steps, x, alpha):
+def _value(kind, method, nodes, q, sigma, steps, x, alpha, xp=jnp):
   """Converted ε (or δ) of T steps at one order per configuration (rounded up)."""
-  per = rdp._traced_kernel(q, sigma, alpha, nodes)
+  per = rdp.quadrature_rdp(q, sigma, alpha, nodes, xp)
   total = (steps * per)[:, None]
   if kind == "epsilon":
-    return rdp.to_epsilon(total, alpha[:, None], x, method)[0]
-  return rdp.to_delta(total, alpha[:, None], x)
+    return rdp._to_epsilon(total, alpha[:, None], x, method, xp)[0]
+  return rdp._to_delta(total, alpha[:, None], x, xp)
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "method", "nodes", "iterations",
@@ -69,8 +70,14 @@ def golden_minimum(q, sigma, steps, x, lo, hi, *, kind, method, nodes, iteration
     with ``with_argmin``, ``(value, order)``.
   """
   f = functools.partial(_value, kind, method, nodes, q, sigma, steps, x)
-  a = jnp.log(lo - 1.0)
-  b = jnp.log(hi - 1.0)
+  return golden_section(f, lo, hi, iterations, with_argmin)
+
+
+def golden_section(f, lo, hi, iterations, with_argmin, xp=jnp):
+  """The loop of :func:`golden_minimum` for a value function ``f(alpha)`` on
+  either array namespace (``jnp``: traced; ``numpy``: the host path)."""
+  a = xp.log(lo - 1.0)
+  b = xp.log(hi - 1.0)
   c = b - _INV_PHI * (b - a)
   d = a + _INV_PHI * (b - a)
 
@@ -80,24 +87,24 @@ def golden_minimum(q, sigma, steps, x, lo, hi, *, kind, method, nodes, iteration
   def body(i, s):
     a, b, c, d, fc, fd, best, arg = s
     left = fc <= fd   # the minimiser is in [a, d]
-    a2 = jnp.where(left, a, c)
-    b2 = jnp.where(left, d, b)
-    new = jnp.where(left, b2 - _INV_PHI * (b2 - a2), a2 + _INV_PHI * (b2 - a2))
-    point = jnp.where(i == 0, c, jnp.where(i == 1, d, new))
-    fn = f(1.0 + jnp.exp(point))
+    a2 = xp.where(left, a, c)
+    b2 = xp.where(left, d, b)
+    new = xp.where(left, b2 - _INV_PHI * (b2 - a2), a2 + _INV_PHI * (b2 - a2))
+    point = xp.where(i == 0, c, xp.where(i == 1, d, new))
+    fn = f(1.0 + xp.exp(point))
     golden = i >= 2
-    a3, b3 = jnp.where(golden, a2, a), jnp.where(golden, b2, b)
-    c3 = jnp.where(golden, jnp.where(left, new, d), c)
-    d3 = jnp.where(golden, jnp.where(left, c, new), d)
-    fc3 = jnp.where(golden, jnp.where(left, fn, fd), jnp.where(i == 0, fn, fc))
-    fd3 = jnp.where(golden, jnp.where(left, fc, fn), jnp.where(i == 1, fn, fd))
-    arg2 = jnp.where(i == 0, point, jnp.where(fn < best, point, arg))
-    return a3, b3, c3, d3, fc3, fd3, jnp.minimum(best, fn), arg2
+    a3, b3 = xp.where(golden, a2, a), xp.where(golden, b2, b)
+    c3 = xp.where(golden, xp.where(left, new, d), c)
+    d3 = xp.where(golden, xp.where(left, c, new), d)
+    fc3 = xp.where(golden, xp.where(left, fn, fd), xp.where(i == 0, fn, fc))
+    fd3 = xp.where(golden, xp.where(left, fc, fn), xp.where(i == 1, fn, fd))
+    arg2 = xp.where(i == 0, point, xp.where(fn < best, point, arg))
+    return a3, b3, c3, d3, fc3, fd3, xp.minimum(best, fn), arg2
 
-  inf = jnp.full_like(a, jnp.inf)
+  inf = xp.full_like(a, xp.inf)
   state = (a, b, c, d, inf, inf, inf, c)
-  out = jax.lax.fori_loop(0, iterations + 2, body, state)
-  return (out[-2], 1.0 + jnp.exp(out[-1])) if with_argmin else out[-2]
+  out = nx.fori_loop(0, iterations + 2, body, state, xp)
+  return (out[-2], 1.0 + xp.exp(out[-1])) if with_argmin else out[-2]
 
 
 def bracket(orders, best_index):
@@ -114,15 +121,20 @@ def bracket(orders, best_index):
 
 
 def refine(kind, method, nodes, grid_value, orders, best_index, q, sigma, steps, x,
-           with_order=False):
+           with_order=False, xp=jnp):
   """min(grid value, golden-section value in the grid bracket), NumPy float64.
 
-  Must run under float64 (``nx.x64()``). With ``with_order``, also the order
-  at which that minimum was evaluated: ``(value, order)``.
+  Must run under float64 (``nx.x64()``) unless ``xp`` is ``numpy`` (the host
+  path, which runs the same golden section in NumPy). With ``with_order``,
+  also the order at which that minimum was evaluated: ``(value, order)``.
   """
   lo, hi = bracket(orders, best_index)
-  val, arg = golden_minimum(*(jnp.asarray(v) for v in (q, sigma, steps, x, lo, hi)),
-                            kind=kind, method=method, nodes=nodes, with_argmin=True)
+  if xp is np:   # the host path (jaxdp._host_rdp): no compilation
+    f = functools.partial(_value, kind, method, nodes, q, sigma, steps, x, xp=np)
+    val, arg = golden_section(f, lo, hi, ITERATIONS, True, np)
+  else:
+    val, arg = golden_minimum(*(jnp.asarray(v) for v in (q, sigma, steps, x, lo, hi)),
+                              kind=kind, method=method, nodes=nodes, with_argmin=True)
   val = np.asarray(val, np.float64)
   grid_value = np.asarray(grid_value, np.float64)
   use_grid = np.isnan(val) | (grid_value <= val)

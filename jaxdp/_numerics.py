@@ -87,21 +87,34 @@ def is_concrete(x: Any) -> bool:
 # --------------------------------------------------------------------------
 # log-space arithmetic (pure, jittable, broadcasting)
 # --------------------------------------------------------------------------
+#
+# Functions with an ``xp`` argument run on either array namespace: ``jnp``
+# (default: jittable) or ``numpy`` (the no-compilation host path of one
+# question, :mod:`jaxdp._host_rdp`); the formulas are the same.
 
 
-def log1p(x):
+def log1p(x, xp=jnp):
   """log(1 + x) to about one ulp, several times faster than ``jnp.log1p`` on CPU.
 
   Uses the compensated identity log1p(x) = log(u) - ((u - 1) - x)/u with
   u = fl(1 + x) (Goldberg 1991, Thm 4). Exact at x = -1 (-inf) and x = inf.
   """
-  x = jnp.asarray(x)
+  x = xp.asarray(x)
   u = 1.0 + x
-  ok = (u != 0.0) & jnp.isfinite(u)
-  us = jnp.where(ok, u, 2.0)
-  xs = jnp.where(ok, x, 1.0)
-  corr = jnp.where(us == 1.0, xs, jnp.log(us) - ((us - 1.0) - xs) / us)
-  return jnp.where(ok, corr, jnp.where(u == 0.0, -jnp.inf, jnp.log(u)))
+  ok = (u != 0.0) & xp.isfinite(u)
+  us = xp.where(ok, u, 2.0)
+  xs = xp.where(ok, x, 1.0)
+  corr = xp.where(us == 1.0, xs, xp.log(us) - ((us - 1.0) - xs) / us)
+  return xp.where(ok, corr, xp.where(u == 0.0, -xp.inf, xp.log(u)))
+
+
+def fori_loop(lower, upper, body, init, xp=jnp):
+  """``jax.lax.fori_loop`` for ``xp = jnp``; a plain Python loop for NumPy."""
+  if xp is jnp:
+    return jax.lax.fori_loop(lower, upper, body, init)
+  for i in range(lower, upper):
+    init = body(i, init)
+  return init
 
 
 def log_add(a, b):
@@ -115,17 +128,17 @@ def log_add(a, b):
   return jnp.where(jnp.isfinite(hi), out, hi)
 
 
-def log1mexp(x):
+def log1mexp(x, xp=jnp):
   """log(1 - exp(-x)) for x >= 0 (Mächler 2012), -inf at 0.
 
   Uses log(-expm1(-x)) for x <= log 2 and log1p(-exp(-x)) above; both branch
   arguments are clamped so that gradients stay finite (double-where trick).
   """
-  x = jnp.asarray(x)
-  small = x <= jnp.log(2.0)
-  xs = jnp.where(small, x, 1.0)
-  xl = jnp.where(small, 1.0, x)
-  return jnp.where(small, jnp.log(-jnp.expm1(-xs)), log1p(-jnp.exp(-xl)))
+  x = xp.asarray(x)
+  small = x <= xp.log(2.0)
+  xs = xp.where(small, x, 1.0)
+  xl = xp.where(small, 1.0, x)
+  return xp.where(small, xp.log(-xp.expm1(-xs)), log1p(-xp.exp(-xl), xp))
 
 
 def log_sub(a, b):
@@ -137,29 +150,29 @@ def log_sub(a, b):
   return jnp.where(finite, a + log1mexp(diff), jnp.where(a == jnp.inf, a, -jnp.inf))
 
 
-def log_expm1(x):
+def log_expm1(x, xp=jnp):
   """log(exp(x) - 1) for x >= 0, stable at both ends (-inf at 0)."""
-  x = jnp.asarray(x)
+  x = xp.asarray(x)
   big = x > 1.0
-  xs = jnp.where(big, 1.0, x)
-  xb = jnp.where(big, x, 1.0)
-  return jnp.where(big, xb + log1p(-jnp.exp(-xb)), jnp.log(jnp.expm1(xs)))
+  xs = xp.where(big, 1.0, x)
+  xb = xp.where(big, x, 1.0)
+  return xp.where(big, xb + log1p(-xp.exp(-xb), xp), xp.log(xp.expm1(xs)))
 
 
-def softplus(x):
+def softplus(x, xp=jnp):
   """log(1 + exp(x)), exact for large |x|."""
-  x = jnp.asarray(x)
+  x = xp.asarray(x)
   pos = x > 0
-  xp = jnp.where(pos, x, 0.0)
-  xn = jnp.where(pos, 0.0, x)
-  return jnp.where(pos, xp + log1p(jnp.exp(-xp)), log1p(jnp.exp(xn)))
+  x_pos = xp.where(pos, x, 0.0)
+  xn = xp.where(pos, 0.0, x)
+  return xp.where(pos, x_pos + log1p(xp.exp(-x_pos), xp), log1p(xp.exp(xn), xp))
 
 
-def safe_log(x):
+def safe_log(x, xp=jnp):
   """log(x) with log(0) = -inf and a finite gradient at 0."""
-  x = jnp.asarray(x)
+  x = xp.asarray(x)
   pos = x > 0
-  return jnp.where(pos, jnp.log(jnp.where(pos, x, 1.0)), -jnp.inf)
+  return xp.where(pos, xp.log(xp.where(pos, x, 1.0)), -xp.inf)
 
 
 def log_binom(n, k):

@@ -41,6 +41,7 @@ import numpy as np
 from jaxdp import _numerics as nx
 from jaxdp import events as _events
 from jaxdp import pairs as _pairs
+from jaxdp._api import is_sampler  # noqa: F401  (re-exported)
 
 _EPOCH_EVENTS = (_events.BallsInBinsGaussian, _events.ShuffledGaussian)
 
@@ -186,10 +187,6 @@ def event_mechanisms(event):
   if isinstance(event, _events.ShuffledGaussian):   # one unamplified Gaussian, sensitivity 2C
     return [_pairs.gaussian(float(event.sigma), 2.0)]
   raise TypeError(f"No dominating pairs for {type(event).__name__} (accountant='rdp' only).")
-
-
-def is_sampler(x) -> bool:
-  return hasattr(x, "event") and hasattr(x, "dataset_size") and not isinstance(x, np.ndarray)
 
 
 def compositions(sampler, event, steps):

@@ -56,6 +56,7 @@ import numpy as np
 from jaxdp import _calibrate_boundary
 from jaxdp import _numerics as nx
 from jaxdp import rdp
+from jaxdp._api import is_sampler
 from jaxdp._calibrate_boundary import (_DEFAULT_CHEAP, _boundary, _check_epsilon,
                                        _check_epsilon_rdp, _map_chunks, _orders_key,
                                        _per_step_fn)
@@ -160,7 +161,6 @@ def sigma(target_epsilon=None, delta=None, q=None, steps=None, *, accountant: st
   Raises:
     ValueError: naming the argument and value when an input is invalid.
   """
-  from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
   if target_tpr is not None or at_fpr is not None:
     if target_epsilon is not None or delta is not None:
       raise ValueError("give either target_epsilon and delta, or target_tpr and at_fpr; "
@@ -169,7 +169,7 @@ def sigma(target_epsilon=None, delta=None, q=None, steps=None, *, accountant: st
     if target_tpr is None or at_fpr is None:
       raise ValueError(f"target_tpr and at_fpr go together; found target_tpr={target_tpr!r}, "
                        f"at_fpr={at_fpr!r}.")
-    if q is None or steps is None or _sampler_api.is_sampler(q):
+    if q is None or steps is None or is_sampler(q):
       raise ValueError(f"attack-aware calibration needs a sampling rate q and steps; found "
                        f"q={q!r}, steps={steps!r}.")
     from jaxdp import tradeoff  # pylint: disable=g-import-not-at-top
@@ -179,7 +179,8 @@ def sigma(target_epsilon=None, delta=None, q=None, steps=None, *, accountant: st
                       ("steps", steps)):
     if value is None:
       raise ValueError(f"{name} is required (found None).")
-  if _sampler_api.is_sampler(q):  # batches from a jaxdp.sampling sampler
+  if is_sampler(q):  # batches from a jaxdp.sampling sampler
+    from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
     _validate_common(target_epsilon, delta, rtol, accountant)
     return _sampler_api.calibrate_sigma(q, target_epsilon, delta, steps, accountant, rtol)
   _validate_common(target_epsilon, delta, rtol, accountant)
@@ -305,8 +306,8 @@ def steps(target_epsilon, delta, q, sigma, *, accountant: str = "rdp", orders=No
   Returns:
     T as float64 NumPy whole numbers (or inf), the broadcast shape.
   """
-  from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
-  if _sampler_api.is_sampler(q):  # batches from a jaxdp.sampling sampler
+  if is_sampler(q):  # batches from a jaxdp.sampling sampler
+    from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
     _validate_common(target_epsilon, delta, 1e-6, accountant)
     return _sampler_api.calibrate_steps(q, target_epsilon, delta, sigma, accountant)
   _validate_common(target_epsilon, delta, 1e-6, accountant)

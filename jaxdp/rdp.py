@@ -111,33 +111,36 @@ def _binomial_tables(orders):
   k_np = np.arange(2, kmax + 1, dtype=np.float64)
   a_np = np.asarray(orders, np.float64)[:, None]
   valid = k_np[None, :] <= a_np
-  with np.errstate(invalid="ignore"):
-    lg = np.vectorize(math.lgamma)
-    coef = np.where(valid, lg(a_np + 1) - lg(k_np + 1) - lg(np.maximum(a_np - k_np, 0) + 1), -np.inf)
+  # log n! for n = 0..kmax by math.lgamma (the same values elementwise, once each).
+  log_fact = np.array([math.lgamma(n + 1.0) for n in range(kmax + 1)])
+  a_int = a_np.astype(np.int64)
+  k_int = k_np.astype(np.int64)[None, :]
+  rest_int = np.maximum(a_int - k_int, 0)
+  coef = np.where(valid, log_fact[a_int] - log_fact[k_int] - log_fact[rest_int], -np.inf)
   return coef, np.where(valid, a_np - k_np, 0.0)
 
 
-def _binomial_lse(log_q, log_1mq, sigma, coef, rest):
+def _binomial_lse(log_q, log_1mq, sigma, coef, rest, xp=jnp):
   """log Σ_k exp(coef_k + rest_k·log(1-q) + k·log q + log(exp((k²-k)/(2σ²)) - 1)).
 
   ``coef`` and ``rest`` carry k = 2, 3, … on their last axis; the other
   arguments broadcast against them.
   """
   dtype = log_q.dtype
-  k = jnp.arange(2, coef.shape[-1] + 2, dtype=dtype)
+  k = xp.arange(2, coef.shape[-1] + 2, dtype=dtype)
   # (α-k)·log(1-q) with 0·(-inf) := 0 at k = α (q = 1).
-  pow_1mq = jnp.where(rest > 0, rest * jnp.where(rest > 0, log_1mq, 0.0), 0.0)
-  terms = coef + pow_1mq + k * log_q + nx.log_expm1((k * k - k) / (2.0 * sigma * sigma))
-  return _logsumexp(terms, axis=-1)
+  pow_1mq = xp.where(rest > 0, rest * xp.where(rest > 0, log_1mq, 0.0), 0.0)
+  terms = coef + pow_1mq + k * log_q + nx.log_expm1((k * k - k) / (2.0 * sigma * sigma), xp)
+  return _logsumexp(terms, axis=-1, xp=xp)
 
 
-def _logsumexp(x, axis):
-  m = jnp.max(x, axis=axis, keepdims=True)
-  m_safe = jnp.where(jnp.isfinite(m), m, 0.0)
-  s = jnp.sum(jnp.exp(x - m_safe), axis=axis, keepdims=True)
-  out = jnp.log(s) + m_safe
-  out = jnp.where(m == jnp.inf, jnp.inf, out)
-  return jnp.squeeze(out, axis=axis)
+def _logsumexp(x, axis, xp=jnp):
+  m = xp.max(x, axis=axis, keepdims=True)
+  m_safe = xp.where(xp.isfinite(m), m, 0.0)
+  s = xp.sum(xp.exp(x - m_safe), axis=axis, keepdims=True)
+  out = xp.log(s) + m_safe
+  out = xp.where(m == xp.inf, xp.inf, out)
+  return xp.squeeze(out, axis=axis)
 
 
 # --------------------------------------------------------------------------
@@ -161,25 +164,27 @@ def _logsumexp(x, axis):
 # the window ends).
 
 
-def _plain_log_integrand(z, alpha, s2, c):
+def _plain_log_integrand(z, alpha, s2, c, xp=jnp):
   """G(z) up to an additive constant."""
-  return -z * z / (2.0 * s2) + alpha * nx.softplus((2.0 * z - 1.0) / (2.0 * s2) + c)
+  return -z * z / (2.0 * s2) + alpha * nx.softplus((2.0 * z - 1.0) / (2.0 * s2) + c, xp)
 
 
-def _h(z, alpha, s2, c):
-  return alpha * jax.nn.sigmoid((2.0 * z - 1.0) / (2.0 * s2) + c) - z
+def _h(z, alpha, s2, c, xp=jnp):
+  t = (2.0 * z - 1.0) / (2.0 * s2) + c
+  p = jax.nn.sigmoid(t) if xp is jnp else 0.5 * (1.0 + np.tanh(0.5 * t))
+  return alpha * p - z
 
 
-def _bisect(fn, lo, hi, steps):
+def _bisect(fn, lo, hi, steps, xp=jnp):
   """Bracket [lo, hi] of a sign change of fn, with fn(lo) > 0 ≥ fn(hi)."""
 
   def body(_, carry):
     lo, hi = carry
     mid = 0.5 * (lo + hi)
     pos = fn(mid) > 0
-    return jnp.where(pos, mid, lo), jnp.where(pos, hi, mid)
+    return xp.where(pos, mid, lo), xp.where(pos, hi, mid)
 
-  return jax.lax.fori_loop(0, steps, body, (lo, hi))
+  return nx.fori_loop(0, steps, body, (lo, hi), xp)
 
 
 _MODE_STEPS = 32     # modes and valley: relative precision ~α·2^-32 (anchors only)
@@ -199,14 +204,14 @@ class _Order(NamedTuple):
   horner: tuple            # (α - j)/(j + 1), j = 2.._HORNER_TERMS
 
 
-def _order_constants(alpha):
+def _order_constants(alpha, xp=jnp):
   beta = alpha - 1.0
   horner = tuple((alpha - j) / (j + 1.0) for j in range(2, _HORNER_TERMS + 1))
-  return _Order(alpha, beta, jnp.log(alpha), jnp.log(beta), 1.0 / beta,
-                jnp.log(alpha * beta / 2.0), horner)
+  return _Order(alpha, beta, xp.log(alpha), xp.log(beta), 1.0 / beta,
+                xp.log(alpha * beta / 2.0), horner)
 
 
-def _log_integrand_f(z, o: _Order, s2, log_q, log_norm):
+def _log_integrand_f(z, o: _Order, s2, log_q, log_norm, xp=jnp):
   """log(φ_σ(z) f(u(z))) for the quadrature of A_α - 1.
 
   u(z) = q·expm1((2z-1)/(2σ²)) and f(u) = (1+u)^α - 1 - αu ≥ 0 (u > -1),
@@ -219,34 +224,40 @@ def _log_integrand_f(z, o: _Order, s2, log_q, log_norm):
       u beyond e^60 is handled in log space (l = log u).
   """
   x = (2.0 * z - 1.0) / (2.0 * s2)
-  cap = math.log(float(jnp.finfo(z.dtype).max)) - 2.0   # expm1 stays finite below
-  e = jnp.expm1(jnp.minimum(x, cap))
-  log_abs_e = jnp.where(x > cap, x, nx.safe_log(jnp.abs(e)))
+  cap = math.log(float(xp.finfo(z.dtype).max)) - 2.0   # expm1 stays finite below
+  e = xp.expm1(xp.minimum(x, cap))
+  log_abs_e = xp.where(x > cap, x, nx.safe_log(xp.abs(e), xp))
   log_abs_u = log_q + log_abs_e
-  u = jnp.exp(log_q) * e
+  u = xp.exp(log_q) * e
   small = log_abs_u + o.log_alpha < math.log(0.05)
   huge = log_abs_u > _LOG_BIG
   # (a)
-  us = jnp.where(small, u, 0.0)
-  bracket = jnp.ones_like(us)
+  us = xp.where(small, u, 0.0)
+  bracket = xp.ones_like(us)
   for coef in reversed(o.horner):
     bracket = 1.0 + us * coef * bracket
   # (b), (c)
-  ub = jnp.where(small | huge, 1.0, u)
-  l = jnp.where(huge, log_abs_u, nx.log1p(ub))
-  w = jnp.where(huge, 1.0, ub / (1.0 + ub))
+  ub = xp.where(small | huge, 1.0, u)
+  l = xp.where(huge, log_abs_u, nx.log1p(ub, xp))
+  w = xp.where(huge, 1.0, ub / (1.0 + ub))
   bl = o.beta * l
   moderate = bl <= 40.0
-  e_minus_w = jnp.expm1(jnp.where(moderate, bl, 0.0)) * o.inv_beta - w
-  lg = nx.safe_log(jnp.where(small, bracket, e_minus_w))
-  log_f = jnp.where(small, o.log_c2 + 2.0 * log_abs_u + lg,
-                    jnp.where(moderate, o.log_beta + l + lg, l + bl))
-  log_f = jnp.where(log_abs_u == -jnp.inf, -jnp.inf, log_f)
+  e_minus_w = xp.expm1(xp.where(moderate, bl, 0.0)) * o.inv_beta - w
+  lg = nx.safe_log(xp.where(small, bracket, e_minus_w), xp)
+  log_f = xp.where(small, o.log_c2 + 2.0 * log_abs_u + lg,
+                    xp.where(moderate, o.log_beta + l + lg, l + bl))
+  log_f = xp.where(log_abs_u == -xp.inf, -xp.inf, log_f)
   return -z * z / (2.0 * s2) - log_norm + log_f
 
 
 @functools.partial(jax.jit, static_argnames=("nodes",))
 def _log_a_minus_1_quadrature(log_q, log_1mq, sigma, alpha, nodes=_NODES_PER_WINDOW):
+  """Jitted :func:`_log_a_minus_1_quadrature_impl` (``jnp``)."""
+  return _log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes)
+
+
+def _log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes=_NODES_PER_WINDOW,
+                                   xp=jnp):
   """log(A_α - 1) for any real α > 1 by windowed trapezoidal quadrature.
 
   All arguments broadcast together; see the module comment for the method.
@@ -254,22 +265,22 @@ def _log_a_minus_1_quadrature(log_q, log_1mq, sigma, alpha, nodes=_NODES_PER_WIN
   per window for σ ≥ 0.3 and with 40 nodes for σ ≥ 0.5 (tests/test_rdp.py,
   tests/test_soundness.py against mpmath).
   """
-  log_q, log_1mq, sigma, alpha = jnp.broadcast_arrays(log_q, log_1mq, sigma, alpha)
+  log_q, log_1mq, sigma, alpha = xp.broadcast_arrays(log_q, log_1mq, sigma, alpha)
   dtype = sigma.dtype
   s2 = sigma * sigma
   c = log_q - log_1mq
-  alpha_b = jnp.where(jnp.isfinite(alpha) & (alpha > 1.0), alpha, 2.0)
-  r = jnp.sqrt(2.0 * _WINDOW_DROP * s2)   # G'' ≥ -1/σ²: G drops at most quadratically
-  h = lambda z: _h(z, alpha_b, s2, c)
-  g = lambda z: _plain_log_integrand(z, alpha_b, s2, c)
-  zero = jnp.zeros_like(alpha_b)
+  alpha_b = xp.where(xp.isfinite(alpha) & (alpha > 1.0), alpha, 2.0)
+  r = xp.sqrt(2.0 * _WINDOW_DROP * s2)   # G'' ≥ -1/σ²: G drops at most quadratically
+  h = lambda z: _h(z, alpha_b, s2, c, xp)
+  g = lambda z: _plain_log_integrand(z, alpha_b, s2, c, xp)
+  zero = xp.zeros_like(alpha_b)
   mid = lambda b: 0.5 * (b[0] + b[1])
   z1 = 0.5 - s2 * c
   # Inflection points of h exist iff α > 4σ²: z_a (local min), z_m (local max).
-  disc2 = jnp.clip(1.0 - 4.0 * s2 / alpha_b, 0.0, 1.0)
-  disc = jnp.where(disc2 > 0, jnp.sqrt(jnp.where(disc2 > 0, disc2, 1.0)), 0.0)
-  p_minus = jnp.clip(0.5 * (1.0 - disc), jnp.finfo(dtype).tiny, 0.5)
-  logit_pm = jnp.log(p_minus) - nx.log1p(-p_minus)
+  disc2 = xp.clip(1.0 - 4.0 * s2 / alpha_b, 0.0, 1.0)
+  disc = xp.where(disc2 > 0, xp.sqrt(xp.where(disc2 > 0, disc2, 1.0)), 0.0)
+  p_minus = xp.clip(0.5 * (1.0 - disc), xp.finfo(dtype).tiny, 0.5)
+  logit_pm = xp.log(p_minus) - nx.log1p(-p_minus, xp)
   z_a = z1 + s2 * logit_pm
   z_m = z1 - s2 * logit_pm
   has_infl = 4.0 * s2 < alpha_b
@@ -277,68 +288,68 @@ def _log_a_minus_1_quadrature(log_q, log_1mq, sigma, alpha, nodes=_NODES_PER_WIN
   h_m = h(z_m)
   bimodal = has_infl & (h_a < 0) & (h_m > 0)
   # Modes of G = roots of h where it crosses downward; h(0) > 0 > h(α).
-  lo_end = jnp.where(has_infl & (h_a < 0), jnp.maximum(z_a, zero), alpha_b)
-  hi_start = jnp.where(has_infl & (h_m > 0), jnp.minimum(z_m, alpha_b), zero)
+  lo_end = xp.where(has_infl & (h_a < 0), xp.maximum(z_a, zero), alpha_b)
+  hi_start = xp.where(has_infl & (h_m > 0), xp.minimum(z_m, alpha_b), zero)
   # One stacked bisection for the low mode, the high mode and the valley
   # (root of -h in [z_a, z_m], meaningful only when bimodal).
-  sign3 = jnp.array([1.0, 1.0, -1.0], dtype).reshape((3,) + (1,) * alpha_b.ndim)
-  v_lo = jnp.where(bimodal, z_a, zero)
-  v_hi = jnp.where(bimodal, z_m, zero)
-  roots = mid(_bisect(lambda z: sign3 * _h(z, alpha_b, s2, c),
-                      jnp.stack([zero, hi_start, v_lo]), jnp.stack([lo_end, alpha_b, v_hi]),
-                      _MODE_STEPS))
+  sign3 = xp.array([1.0, 1.0, -1.0], dtype).reshape((3,) + (1,) * alpha_b.ndim)
+  v_lo = xp.where(bimodal, z_a, zero)
+  v_hi = xp.where(bimodal, z_m, zero)
+  roots = mid(_bisect(lambda z: sign3 * _h(z, alpha_b, s2, c, xp),
+                      xp.stack([zero, hi_start, v_lo]), xp.stack([lo_end, alpha_b, v_hi]),
+                      _MODE_STEPS, xp))
   m_lo, m_hi, valley = roots[0], roots[1], roots[2]
-  m_single = jnp.where(has_infl & (h_a >= 0), m_hi, m_lo)
-  m_lo = jnp.where(bimodal, m_lo, m_single)
-  m_hi = jnp.where(bimodal, m_hi, m_single)
-  valley = jnp.where(bimodal, valley, m_lo)
+  m_single = xp.where(has_infl & (h_a >= 0), m_hi, m_lo)
+  m_lo = xp.where(bimodal, m_lo, m_single)
+  m_hi = xp.where(bimodal, m_hi, m_single)
+  valley = xp.where(bimodal, valley, m_lo)
   g_lo = g(m_lo) - _WINDOW_DROP
   g_hi = g(m_hi) - _WINDOW_DROP
   # Window edges where G has dropped by _WINDOW_DROP (G is monotone on each
   # bracket), one stacked bisection, each rounded outward.
-  sign4 = jnp.array([-1.0, 1.0, 1.0, -1.0], dtype).reshape((4,) + (1,) * alpha_b.ndim)
-  target = jnp.stack([g_lo, g_hi, g_lo, g_hi])
-  e_lo, e_hi = _bisect(lambda z: sign4 * (_plain_log_integrand(z, alpha_b, s2, c) - target),
-                       jnp.stack([jnp.minimum(m_lo, 0.0) - r, m_hi, m_lo, valley]),
-                       jnp.stack([m_lo, jnp.maximum(m_hi, alpha_b) + r, valley, m_hi]),
-                       _EDGE_STEPS)
+  sign4 = xp.array([-1.0, 1.0, 1.0, -1.0], dtype).reshape((4,) + (1,) * alpha_b.ndim)
+  target = xp.stack([g_lo, g_hi, g_lo, g_hi])
+  e_lo, e_hi = _bisect(lambda z: sign4 * (_plain_log_integrand(z, alpha_b, s2, c, xp) - target),
+                       xp.stack([xp.minimum(m_lo, 0.0) - r, m_hi, m_lo, valley]),
+                       xp.stack([m_lo, xp.maximum(m_hi, alpha_b) + r, valley, m_hi]),
+                       _EDGE_STEPS, xp)
   left, right, in_lo, in_hi = e_lo[0], e_hi[1], e_hi[2], e_lo[3]
   # The f-integrand (A_α - 1) also has mass near z ∈ [0, 2] (the u² term)
   # that can sit below the plain integrand's threshold when A_α ≈ 1: cover
   # [-r, 2 + r] whenever the low window reaches that region (when the mass
   # sits far to the right, A_α ≫ 1 and the region is negligible).
   near = left <= 2.0 + r
-  left = jnp.where(near, jnp.minimum(left, -r), left)
-  in_lo = jnp.where(near, jnp.maximum(in_lo, 2.0 + r), in_lo)
+  left = xp.where(near, xp.minimum(left, -r), left)
+  in_lo = xp.where(near, xp.maximum(in_lo, 2.0 + r), in_lo)
   separate = bimodal & (in_lo < in_hi)
-  right = jnp.where(separate | ~near, right, jnp.maximum(right, 2.0 + r))
+  right = xp.where(separate | ~near, right, xp.maximum(right, 2.0 + r))
   # Window A = [left, a_end], window B = [b_start, right]; merged, they form
   # one uniform grid of 2n nodes.
   n = nodes
   step_merged = (right - left) / (2 * n - 1)
-  a_end = jnp.where(separate, in_lo, left + (n - 1) * step_merged)
-  b_start = jnp.where(separate, in_hi, left + n * step_merged)
-  right = jnp.maximum(right, b_start)
-  t = jnp.linspace(0.0, 1.0, n, dtype=dtype)
+  a_end = xp.where(separate, in_lo, left + (n - 1) * step_merged)
+  b_start = xp.where(separate, in_hi, left + n * step_merged)
+  right = xp.maximum(right, b_start)
+  t = xp.linspace(0.0, 1.0, n, dtype=dtype)
   ex = lambda x: x[..., None]
   za = ex(left) + ex(a_end - left) * t
   zb = ex(b_start) + ex(right - b_start) * t
-  log_ha = jnp.log((a_end - left) / (n - 1))
-  log_hb = jnp.log((right - b_start) / (n - 1))
-  o = _order_constants(ex(alpha_b))
-  log_norm = ex(jnp.log(sigma) + 0.5 * math.log(2.0 * math.pi))
-  both = _log_integrand_f(jnp.concatenate([za, zb], axis=-1), o, ex(s2), ex(log_q), log_norm)
+  log_ha = xp.log((a_end - left) / (n - 1))
+  log_hb = xp.log((right - b_start) / (n - 1))
+  o = _order_constants(ex(alpha_b), xp)
+  log_norm = ex(xp.log(sigma) + 0.5 * math.log(2.0 * math.pi))
+  both = _log_integrand_f(xp.concatenate([za, zb], axis=-1), o, ex(s2), ex(log_q), log_norm, xp)
   la = both[..., :n] + ex(log_ha)
   lb = both[..., n:] + ex(log_hb)
   # Trapezoid: half weight at the outer ends, and at the inner ends when the
   # windows are separate (the integrand is negligible there anyway).
   half = math.log(0.5)
-  idx = jnp.arange(n)
-  inner_a = jnp.where(ex(separate) & (idx == n - 1), half, 0.0)
-  inner_b = jnp.where(ex(separate) & (idx == 0), half, 0.0)
-  la = la + jnp.where(idx == 0, half, 0.0) + inner_a
-  lb = lb + jnp.where(idx == n - 1, half, 0.0) + inner_b
-  return _logsumexp(jnp.concatenate([la, lb], axis=-1), axis=-1)
+  idx = xp.arange(n)
+  inner_a = xp.where(ex(separate) & (idx == n - 1), half, 0.0)
+  inner_b = xp.where(ex(separate) & (idx == 0), half, 0.0)
+  la = la + xp.where(idx == 0, half, 0.0) + inner_a
+  lb = lb + xp.where(idx == n - 1, half, 0.0) + inner_b
+  return _logsumexp(xp.concatenate([la, lb], axis=-1), axis=-1, xp=xp)
 
 
 # --------------------------------------------------------------------------
@@ -346,7 +357,7 @@ def _log_a_minus_1_quadrature(log_q, log_1mq, sigma, alpha, nodes=_NODES_PER_WIN
 # --------------------------------------------------------------------------
 
 
-def _quadrature_safety(sigma, exact, dtype, nodes):
+def _quadrature_safety(sigma, exact, dtype, nodes, xp=jnp):
   """Relative inflation covering the quadrature error (measured against a
   600-node reference over q ∈ [1e-8, 1], α ∈ (1, 10⁴], with a 10× margin).
   64 nodes/window: ≤ 1e-12 for σ ≥ 0.3, ≤ 2e-8 for σ ∈ [0.2, 0.3), ≤ 5e-7
@@ -355,10 +366,10 @@ def _quadrature_safety(sigma, exact, dtype, nodes):
   (exact sums) only get the rounding factor."""
   base = _safety(dtype)
   if nodes >= _NODES_PER_WINDOW:
-    extra = jnp.where(sigma >= 0.3, 0.0, jnp.where(sigma >= 0.2, 2e-7, 5e-6))
+    extra = xp.where(sigma >= 0.3, 0.0, xp.where(sigma >= 0.2, 2e-7, 5e-6))
   else:
-    extra = jnp.where(sigma >= 0.5, 0.0, 1e-3)
-  return jnp.where(exact, base, base + extra)
+    extra = xp.where(sigma >= 0.5, 0.0, 1e-3)
+  return xp.where(exact, base, base + extra)
 
 
 def _exact_orders(alpha_np):
@@ -367,31 +378,31 @@ def _exact_orders(alpha_np):
       alpha_np <= _MAX_BINOMIAL_ORDER)
 
 
-def _finish(log_am1, q, sigma, alpha, exact=False, nodes=_NODES_PER_WINDOW):
+def _finish(log_am1, q, sigma, alpha, exact=False, nodes=_NODES_PER_WINDOW, xp=jnp):
   """RDP from log(A_α - 1), with the exact special cases and safety factor."""
   dtype = log_am1.dtype
   beta = alpha - 1.0
-  rdp = nx.softplus(log_am1) / jnp.where(beta > 0, beta, 1.0)
-  safety = _quadrature_safety(sigma, exact, dtype, nodes)
-  rdp = jnp.maximum(rdp, 0.0) * safety
+  rdp = nx.softplus(log_am1, xp) / xp.where(beta > 0, beta, 1.0)
+  safety = _quadrature_safety(sigma, exact, dtype, nodes, xp)
+  rdp = xp.maximum(rdp, 0.0) * safety
   # q = 1 is exact, but gets the same inflation so ε stays monotone as q → 1.
-  rdp = jnp.where(q == 1.0, alpha / (2.0 * sigma * sigma) * safety, rdp)
-  rdp = jnp.where(q == 0.0, 0.0, rdp)
-  rdp = jnp.where(alpha == jnp.inf, jnp.where(q == 0.0, 0.0, jnp.inf), rdp)
-  rdp = jnp.where(beta > 0, rdp, jnp.nan)
+  rdp = xp.where(q == 1.0, alpha / (2.0 * sigma * sigma) * safety, rdp)
+  rdp = xp.where(q == 0.0, 0.0, rdp)
+  rdp = xp.where(alpha == xp.inf, xp.where(q == 0.0, 0.0, xp.inf), rdp)
+  rdp = xp.where(beta > 0, rdp, xp.nan)
   return rdp.astype(dtype)
 
 
-def _prep(q, sigma):
-  q = jnp.asarray(q)
-  sigma = jnp.asarray(sigma)
-  dtype = _float_dtype(q, sigma)
+def _prep(q, sigma, xp=jnp):
+  q = xp.asarray(q)
+  sigma = xp.asarray(sigma)
+  dtype = _float_dtype(q, sigma) if xp is jnp else np.result_type(q, sigma, np.float64)
   q = q.astype(dtype)
   sigma = sigma.astype(dtype)
-  qs = jnp.clip(q, 0.0, 1.0)
-  log_q = nx.safe_log(qs)
-  log_1mq = nx.safe_log(1.0 - qs)
-  log_1mq = jnp.where(qs < 0.5, nx.log1p(-jnp.minimum(qs, 0.5)), log_1mq)
+  qs = xp.clip(q, 0.0, 1.0)
+  log_q = nx.safe_log(qs, xp)
+  log_1mq = nx.safe_log(1.0 - qs, xp)
+  log_1mq = xp.where(qs < 0.5, nx.log1p(-xp.minimum(qs, 0.5), xp), log_1mq)
   return q, sigma, log_q, log_1mq, dtype
 
 
@@ -453,10 +464,24 @@ def _static_kernel(shape, values, nodes):
 
 @functools.partial(jax.jit, static_argnames=("nodes",))
 def _traced_kernel(q, sigma, alpha, nodes):
-  q, sigma, log_q, log_1mq, dtype = _prep(q, sigma)
-  alpha = jnp.asarray(alpha).astype(dtype)
-  log_am1 = _log_a_minus_1_quadrature(log_q, log_1mq, sigma, alpha, nodes=nodes)
-  return _finish(log_am1, q, sigma, alpha, nodes=nodes)
+  return quadrature_rdp(q, sigma, alpha, nodes)
+
+
+def quadrature_rdp(q, sigma, alpha, nodes, xp=jnp):
+  """Per-step RDP at any real orders by quadrature (the path of traced orders).
+
+  Args:
+    q, sigma, alpha: broadcastable arrays (α > 1 real).
+    nodes: quadrature nodes per window.
+    xp: ``jnp`` (jittable) or ``numpy`` (host, no compilation).
+
+  Returns:
+    Rounded-up RDP values, the broadcast shape.
+  """
+  q, sigma, log_q, log_1mq, dtype = _prep(q, sigma, xp)
+  alpha = xp.asarray(alpha).astype(dtype)
+  log_am1 = _log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes, xp)
+  return _finish(log_am1, q, sigma, alpha, nodes=nodes, xp=xp)
 
 
 def _outer_layout(q_shape, s_shape, a_shape):
@@ -651,38 +676,38 @@ def sampled_gaussian_bound(q, sigma, alpha):
 # --------------------------------------------------------------------------
 
 
-def _conversion_inputs(rdp, orders, target):
+def _conversion_inputs(rdp, orders, target, xp=jnp):
   """``rdp``, ``orders`` and the per-configuration target (δ or ε, given an
   orders axis) in the RDP values' float dtype."""
-  rdp = jnp.asarray(rdp)
-  dtype = _float_dtype(rdp)
-  return (rdp.astype(dtype), jnp.asarray(orders, dtype), jnp.asarray(target, dtype)[..., None],
+  rdp = xp.asarray(rdp)
+  dtype = _float_dtype(rdp) if xp is jnp else np.float64
+  return (rdp.astype(dtype), xp.asarray(orders, dtype), xp.asarray(target, dtype)[..., None],
           dtype)
 
 
-def _epsilon_per_order(rdp, orders, delta, method):
+def _epsilon_per_order(rdp, orders, delta, method, xp=jnp):
   """ε(α) of :func:`to_epsilon` before the minimum (non-decreasing in ``rdp``)."""
-  rdp, orders, delta, dtype = _conversion_inputs(rdp, orders, delta)
+  rdp, orders, delta, dtype = _conversion_inputs(rdp, orders, delta, xp)
   am1 = orders - 1.0
-  log_delta = jnp.log(delta)
+  log_delta = xp.log(delta)
   if method == "classic":
     eps = rdp - log_delta / am1
   elif method == "improved":
-    eps = rdp + nx.log1p(-1.0 / orders) - (log_delta + jnp.log(orders)) / am1
-    kl_ok = delta * delta + jnp.expm1(-rdp) > 0
-    eps = jnp.where(kl_ok, 0.0, eps)
+    eps = rdp + nx.log1p(-1.0 / orders, xp) - (log_delta + xp.log(orders)) / am1
+    kl_ok = delta * delta + xp.expm1(-rdp) > 0
+    eps = xp.where(kl_ok, 0.0, eps)
   else:
     raise ValueError(f"method must be 'improved' or 'classic'; found {method!r}.")
-  return jnp.where(jnp.isnan(eps), jnp.inf, eps), orders, dtype
+  return xp.where(xp.isnan(eps), xp.inf, eps), orders, dtype
 
 
-def _log_delta_per_order(rdp, orders, epsilon):
+def _log_delta_per_order(rdp, orders, epsilon, xp=jnp):
   """log δ(α) of :func:`to_delta` before the minimum (non-decreasing in ``rdp``)."""
-  rdp, orders, epsilon, dtype = _conversion_inputs(rdp, orders, epsilon)
-  log_kl = 0.5 * nx.log1mexp(jnp.maximum(rdp, 0.0))
-  log_rdp = (orders - 1.0) * (rdp - epsilon + nx.log1p(-1.0 / orders)) - jnp.log(orders)
-  log_d = jnp.minimum(log_kl, log_rdp)
-  return jnp.where(jnp.isnan(log_d), jnp.inf, log_d), dtype
+  rdp, orders, epsilon, dtype = _conversion_inputs(rdp, orders, epsilon, xp)
+  log_kl = 0.5 * nx.log1mexp(xp.maximum(rdp, 0.0), xp)
+  log_rdp = (orders - 1.0) * (rdp - epsilon + nx.log1p(-1.0 / orders, xp)) - xp.log(orders)
+  log_d = xp.minimum(log_kl, log_rdp)
+  return xp.where(xp.isnan(log_d), xp.inf, log_d), dtype
 
 
 def to_epsilon(rdp, orders, delta, method: str = "improved") -> Tuple[jax.Array, jax.Array]:
@@ -706,13 +731,18 @@ def to_epsilon(rdp, orders, delta, method: str = "improved") -> Tuple[jax.Array,
   Returns:
     ``(epsilon, best_order)`` with the shape of ``rdp[..., 0]``.
   """
-  eps, orders, dtype = _epsilon_per_order(rdp, orders, delta, method)
-  idx = jnp.argmin(eps, axis=-1)
-  best = jnp.take_along_axis(eps, idx[..., None], axis=-1)[..., 0]
-  best_order = jnp.broadcast_to(orders, eps.shape)
-  best_order = jnp.take_along_axis(best_order, idx[..., None], axis=-1)[..., 0]
+  return _to_epsilon(rdp, orders, delta, method)
+
+
+def _to_epsilon(rdp, orders, delta, method, xp=jnp):
+  """:func:`to_epsilon` on either array namespace (``jnp`` or ``numpy``)."""
+  eps, orders, dtype = _epsilon_per_order(rdp, orders, delta, method, xp)
+  idx = xp.argmin(eps, axis=-1)
+  best = xp.take_along_axis(eps, idx[..., None], axis=-1)[..., 0]
+  best_order = xp.broadcast_to(orders, eps.shape)
+  best_order = xp.take_along_axis(best_order, idx[..., None], axis=-1)[..., 0]
   # Round up: one ulp-scale margin so the conversion's own rounding is safe.
-  best = jnp.maximum(best, 0.0) * _safety(dtype)
+  best = xp.maximum(best, 0.0) * _safety(dtype)
   return best, best_order
 
 
@@ -735,9 +765,14 @@ def to_delta(rdp, orders, epsilon) -> jax.Array:
   Returns:
     δ with the shape of ``rdp[..., 0]``.
   """
-  log_d, dtype = _log_delta_per_order(rdp, orders, epsilon)
-  best = jnp.min(log_d, axis=-1)
-  return jnp.minimum(jnp.exp(best) * _safety(dtype), 1.0)
+  return _to_delta(rdp, orders, epsilon)
+
+
+def _to_delta(rdp, orders, epsilon, xp=jnp):
+  """:func:`to_delta` on either array namespace (``jnp`` or ``numpy``)."""
+  log_d, dtype = _log_delta_per_order(rdp, orders, epsilon, xp)
+  best = xp.min(log_d, axis=-1)
+  return xp.minimum(xp.exp(best) * _safety(dtype), 1.0)
 
 
 # --------------------------------------------------------------------------

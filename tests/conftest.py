@@ -41,3 +41,13 @@ def _release_compiled_programs():
   """
   yield
   jax.clear_caches()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_host_questions():
+  """Every test starts as a fresh process does: its first few small RDP
+  questions are answered on the host (jaxdp._api._host_turn), so a test's
+  path does not depend on the tests that ran before it."""
+  from jaxdp import _api
+  _api._host_questions_left[0] = _api._HOST_QUESTIONS
+  yield

@@ -1,0 +1,109 @@
+"""One RDP question answered on the host, with no compilation.
+
+A person who asks one question (the ``jaxdp`` command, or ``jaxdp.epsilon``
+on a handful of configurations in a fresh process) would otherwise wait for
+XLA to trace, lower and compile the batched programs (~5 s on a 2-core CPU;
+~1 s even with the persistent cache warm), for a computation that takes
+milliseconds. This module runs the *same* formulas in NumPy:
+
+* the RDP of the Poisson-sampled Gaussian (Mironov, Talwar & Zhang 2019, §3)
+  at every order of :data:`jaxdp.rdp.DEFAULT_ORDERS` (exact binomial sums for
+  integer orders ≤ 4096, §3.3 Case I; the windowed quadrature of
+  :func:`jaxdp.rdp.quadrature_rdp` for the others), rounded up by the same
+  safety factors;
+* the conversion to (ε, δ) (Balle et al. 2020, Prop. 12, or Mironov 2017,
+  Prop. 3) and its minimum over the grid;
+* the golden-section refinement over all real orders in the grid bracket
+  (:mod:`jaxdp._continuous_order`).
+
+The kernels are written once against an array namespace ``xp`` (``jnp`` or
+``numpy``); only the executor differs, so the host answer equals the batched
+one to rounding (both are rounded up by at least 256 ulps; tested).
+"""
+
+# pylint: disable=protected-access  (the kernels' xp-generic internals)
+from __future__ import annotations
+
+import numpy as np
+
+from jaxdp import _continuous_order
+from jaxdp import _order_search
+from jaxdp import rdp
+
+__all__ = ["minimum_over_all_orders", "MAX_CONFIGURATIONS"]
+
+# At most this many configurations take the host path: beyond, one compiled
+# batched program is faster than NumPy even counting its compilation.
+MAX_CONFIGURATIONS = 4
+
+
+def grid_rdp(q, sigma, orders, nodes):
+  """Per-step RDP at every order of ``orders`` for flat (n,) ``q``, ``sigma``.
+
+  Each value is computed as the compiled default path computes it
+  (:func:`jaxdp._order_search._evaluate`): the quadrature for fractional
+  orders, and for integer orders above 64 where σ ≥ 0.3 (accurate to 1e-12
+  there, within every value's safety factor, and independent of α); the
+  exact binomial sum for the other integer orders ≤ 4096.
+
+  Args:
+    q, sigma: float64 arrays of shape (n,).
+    orders: 1-D NumPy array of orders > 1.
+    nodes: quadrature nodes per window (:func:`jaxdp.rdp._nodes_for`).
+
+  Returns:
+    (n, len(orders)) float64 array of rounded-up RDP values.
+  """
+  exact = rdp._exact_orders(orders)
+  big = exact & (orders > _order_search._BASE_MAX)
+  wide = sigma >= 0.3
+  out = np.empty((q.size, orders.size))
+  for rows, quad in ((wide, ~exact | big), (~wide, ~exact)):
+    for cols, by_quadrature in ((quad, True), (~quad, False)):
+      if np.any(rows) and np.any(cols):
+        out[np.ix_(rows, cols)] = _rdp_at(q[rows], sigma[rows], orders[cols], nodes,
+                                          by_quadrature)
+  return out
+
+
+def _rdp_at(q, sigma, orders, nodes, by_quadrature):
+  """(n, m) per-step RDP by quadrature, or by the exact binomial sum."""
+  q2, s2 = q[:, None], sigma[:, None]
+  if by_quadrature:
+    return rdp.quadrature_rdp(q2, s2, orders[None, :], nodes, np)
+  coef, rest = rdp._binomial_tables(orders)
+  qq, ss, log_q, log_1mq, _ = rdp._prep(q2, s2, np)
+  log_am1 = rdp._binomial_lse(log_q[..., None], log_1mq[..., None], ss[..., None],
+                              coef, rest, np)
+  return rdp._finish(log_am1, qq, ss, orders[None, :], True, nodes, np)
+
+
+def minimum_over_all_orders(kind, method, q, sigma, steps, x, nodes, with_order=False):
+  """The value of the default-orders RDP path for a few configurations.
+
+  What :func:`jaxdp._api._run_chunked` computes with ``orders=None`` (grid
+  minimum over ``DEFAULT_ORDERS``, then the golden-section refinement), in
+  NumPy.
+
+  Args:
+    kind: "epsilon" or "delta".
+    method: conversion ("improved" or "classic"), kind "epsilon" only.
+    q, sigma, steps, x: flat float64 arrays of one shape (x: δ or ε).
+    nodes: quadrature nodes per window.
+    with_order: also return the order at which the value was attained.
+
+  Returns:
+    The value per configuration (and the order), float64 NumPy.
+  """
+  orders = rdp.DEFAULT_ORDERS
+  with np.errstate(all="ignore"):
+    total = steps[:, None] * grid_rdp(q, sigma, orders, nodes)
+    if kind == "epsilon":
+      grid_value = rdp._to_epsilon(total, orders, x, method, np)[0]
+      per_order = rdp._epsilon_per_order(total, orders, x, method, np)[0]
+    else:
+      grid_value = rdp._to_delta(total, orders, x, np)
+      per_order = rdp._log_delta_per_order(total, orders, x, np)[0]
+    best = np.argmin(per_order, axis=1)
+    return _continuous_order.refine(kind, method, nodes, grid_value, orders, best, q, sigma,
+                                    steps, x, with_order=with_order, xp=np)

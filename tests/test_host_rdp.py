@@ -1,0 +1,140 @@
+"""The host (NumPy, no compilation) path of one RDP question: jaxdp._host_rdp.
+
+It must give the compiled path's answer (same formulas, other executor) over
+the whole legal domain, be an upper bound by the independent mpmath
+reference, compile nothing, and keep the calibration guarantees.
+"""
+
+import numpy as np
+import pytest
+from jax import monitoring
+
+import jaxdp
+from jaxdp import _api, _calibrate_boundary, _host_rdp, calibrate, rdp
+from jaxdp import _numerics as nx
+
+from reference import ref_rdp_to_epsilon, ref_sgm_rdp
+
+
+def _domain(n, seed):
+  """Random configurations over the legal domain, edges included."""
+  rng = np.random.default_rng(seed)
+  q = 10**rng.uniform(-8, 0, n)
+  sigma = 10**rng.uniform(np.log10(0.05), np.log10(50.0), n)
+  steps = np.round(10**rng.uniform(0, 7, n))
+  delta = 10**rng.uniform(-15, np.log10(0.5), n)
+  eps = 10**rng.uniform(-3, 2, n)
+  edges = [(0.0, 1.0, 10.0, 1e-5, 1.0), (1.0, 1.0, 10.0, 1e-5, 1.0),
+           (1.0, 0.05, 1e6, 1e-15, 100.0), (1e-8, 50.0, 1.0, 0.5, 1e-3),
+           (0.5, 1.0, 0.0, 1e-5, 0.0), (1e-3, 0.2, 1e7, 1e-12, 5.0)]
+  for i, row in enumerate(edges):
+    q[i], sigma[i], steps[i], delta[i], eps[i] = row
+  return q, sigma, steps, delta, eps
+
+
+def _compiled(kind, q, sigma, steps, x):
+  with nx.x64():
+    # More configurations than the host path takes: the compiled programs.
+    pad = _host_rdp.MAX_CONFIGURATIONS + 1
+    args = [np.concatenate([np.atleast_1d(a), np.full(pad, f)])
+            for a, f in zip((q, sigma, steps, x), (0.5, 1.0, 1.0, 0.5))]
+    return _api._run_chunked(kind, *args, None, "improved")[:np.size(q)]
+
+
+def _host(kind, q, sigma, steps, x):
+  out = np.empty(q.size)
+  for i in range(q.size):
+    one = [np.array([a[i]]) for a in (q, sigma, steps, x)]
+    nodes = rdp._nodes_for(one[1])
+    out[i] = _host_rdp.minimum_over_all_orders(kind, "improved", *one, nodes)[0]
+  if kind == "delta":
+    out = _api.delta_floor(out, q, steps, x)
+  return out
+
+
+def _agree(host, compiled, rtol):
+  both = np.isfinite(host) & np.isfinite(compiled)
+  assert np.array_equal(np.isfinite(host), np.isfinite(compiled))
+  rel = np.abs(host[both] - compiled[both]) / np.maximum(np.abs(compiled[both]), 1e-300)
+  assert rel.max(initial=0.0) <= rtol, rel.max()
+
+
+@pytest.mark.parametrize("kind", ["epsilon", "delta"])
+def test_host_equals_compiled_over_the_domain(kind):
+  q, sigma, steps, delta, eps = _domain(40, seed=1)
+  x = delta if kind == "epsilon" else eps
+  _agree(_host(kind, q, sigma, steps, x), _compiled(kind, q, sigma, steps, x), 1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["epsilon", "delta"])
+def test_host_equals_compiled_exhaustive(kind):
+  q, sigma, steps, delta, eps = _domain(400, seed=2)
+  x = delta if kind == "epsilon" else eps
+  _agree(_host(kind, q, sigma, steps, x), _compiled(kind, q, sigma, steps, x), 1e-12)
+
+
+@pytest.mark.parametrize("q,sigma,steps,delta", [
+    (0.0042667, 1.1, 14062, 1e-5), (0.01, 0.4, 1000, 1e-6), (1e-4, 4.0, 1e6, 1e-10),
+    (0.2, 0.25, 50, 1e-3)])
+def test_host_value_is_an_upper_bound_at_its_order(q, sigma, steps, delta):
+  """ε ≥ the mpmath conversion of the mpmath RDP at the order it reports."""
+  args = [np.array([v], np.float64) for v in (q, sigma, steps, delta)]
+  value, alpha = _host_rdp.minimum_over_all_orders("epsilon", "improved", *args,
+                                                   rdp._nodes_for(args[1]), with_order=True)
+  a = float(alpha[0])
+  ref = float(ref_rdp_to_epsilon(steps * float(ref_sgm_rdp(q, sigma, a)), a, delta))
+  assert value[0] >= ref
+  # Rounded up by the safety factor (2e-7 relative extra for σ in [0.2, 0.3)).
+  assert value[0] <= ref * (1 + 1e-6)
+
+
+def test_first_questions_compile_nothing(monkeypatch):
+  """A fresh process's question: no XLA compilation at all (RDP ε, δ, σ)."""
+  compiles = []
+
+  def listener(event, duration, **_):
+    if event == "/jax/core/compile/backend_compile_duration":
+      compiles.append(duration)
+
+  monkeypatch.setattr(_api, "_host_questions_left", [_api._HOST_QUESTIONS])
+  monitoring.register_event_duration_secs_listener(listener)
+  try:
+    e = jaxdp.epsilon(0.0123, 1.37, 4321, 1e-6)
+    d = jaxdp.delta(0.0123, 1.37, 4321, float(e))
+    s = calibrate.sigma(2.5, 1e-6, 0.0123, 4321)
+  finally:
+    monitoring.unregister_event_duration_listener(listener)
+  assert compiles == []
+  assert 0 < d <= 1e-6 * (1 + 1e-9)
+  assert np.isfinite(s) and s > 0
+
+
+def test_later_questions_use_the_compiled_programs(monkeypatch):
+  monkeypatch.setattr(_api, "_host_questions_left", [0])
+  calls = []
+  monkeypatch.setattr(_host_rdp, "minimum_over_all_orders",
+                      lambda *a, **k: calls.append(1) or (_ for _ in ()).throw(AssertionError))
+  jaxdp.epsilon(0.01, 1.0, 100, 1e-5)
+  assert calls == []
+
+
+@pytest.mark.parametrize("target,q,steps", [(3.0, 0.0042667, 14062), (0.5, 0.01, 1000),
+                                            (8.0, 0.1, 50000), (1.0, 1e-3, 10**6)])
+def test_host_calibration_meets_the_target_on_both_paths(monkeypatch, target, q, steps):
+  sigma = float(calibrate.sigma(target, 1e-5, q, steps))
+  for left in (_api._HOST_QUESTIONS, 0):   # host path, then the compiled one
+    monkeypatch.setattr(_api, "_host_questions_left", [left])
+    assert jaxdp.epsilon(q, sigma, steps, 1e-5) <= target
+    monkeypatch.setattr(_api, "_host_questions_left", [left])
+    assert jaxdp.epsilon(q, sigma * (1 - 1e-6), steps, 1e-5) > target
+
+
+def test_host_margin_covers_the_two_paths():
+  """The calibration margin is far above the host/compiled difference."""
+  q, sigma, steps, delta, _ = _domain(12, seed=3)
+  host = _host("epsilon", q, sigma, steps, delta)
+  compiled = _compiled("epsilon", q, sigma, steps, delta)
+  fin = np.isfinite(host) & (compiled > 0)
+  rel = np.abs(host[fin] - compiled[fin]) / compiled[fin]
+  assert rel.max() * 100 < _calibrate_boundary._HOST_MARGIN
