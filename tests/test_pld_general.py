@@ -464,3 +464,30 @@ def test_automatic_grid_growth_reads_the_grown_grid(monkeypatch):
   assert exact_at(e_up) <= 1e-3 * (1 + 1e-9) and exact_at(e_lo) >= 1e-3 * (1 - 1e-9)
   with pytest.raises(ValueError, match="value_discretization_interval"):
     G.delta(pairs, eps, value_discretization_interval=h0)   # the cap forces growth
+
+
+@pytest.mark.parametrize("n", [1, 2, 15, 16, 17, 256, 257, 5000])
+@pytest.mark.parametrize("c", [0.0, 1e-300, 0.25, 0.999, 1.0 - 1e-12, 1.0])
+def test_discounted_suffix_sums_match_the_sequential_recursion(n, c):
+  """The blocked recursion (no SciPy signal import) against D_i = w_i + c·D_{i+1}
+  in extended precision, within the (n + 4)·2u margin that _suffix applies."""
+  rng = np.random.default_rng(n)
+  w = rng.random(n) * np.exp(rng.uniform(-40.0, 0.0, n))
+  ref = np.zeros(n + 1, np.longdouble)
+  for i in range(n - 1, -1, -1):
+    ref[i] = np.longdouble(w[i]) + np.longdouble(c) * ref[i + 1]
+  got = G.discounted_suffix_sums(w, c)
+  rel = np.abs(got.astype(np.longdouble) - ref[:n]) / np.maximum(ref[:n], 1e-300)
+  assert float(rel.max()) <= 2 * (n + 4) * np.finfo(np.float64).eps
+
+
+def test_fast_fft_lengths_are_the_smallest_5_smooth():
+  def smooth(m):
+    for p in (2, 3, 5):
+      while m % p == 0:
+        m //= p
+    return m == 1
+  for n in range(1, 2000):
+    got = G._next_fast_len(n)
+    assert got >= n and smooth(got)
+    assert not any(smooth(m) for m in range(n, got))
