@@ -37,6 +37,7 @@ Q, SIGMA, STEPS, DELTA, TARGET = 0.0042667, 1.1, 14062, 1e-5, 3.0
 
 _MECH = ["--q", str(Q), "--steps", str(STEPS), "--delta", str(DELTA)]
 QUERIES = {
+    "epsilon (default)": (["epsilon", "--sigma", str(SIGMA)] + _MECH, "pld_epsilon"),
     "epsilon (RDP)": (["epsilon", "--sigma", str(SIGMA)] + _MECH + ["--accountant", "rdp"],
                       "rdp_epsilon"),
     "epsilon (PLD)": (["epsilon", "--sigma", str(SIGMA)] + _MECH + ["--accountant", "pld"],
@@ -74,7 +75,7 @@ def _run(cmd, env):
   wall = time.perf_counter() - t0
   if out.returncode != 0:
     raise RuntimeError(f"{cmd} failed ({out.returncode}): {out.stderr[-2000:]}")
-  return wall, out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+  return wall, out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
 
 
 def _jaxdp_cmd(args):

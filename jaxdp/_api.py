@@ -243,3 +243,47 @@ def delta(q, sigma, steps, epsilon, *, accountant: str = "rdp", orders=None):
   with nx.x64():
     return nx.to_host(_run_chunked("delta", q, sigma, steps, epsilon, orders, "improved"))
 
+
+def tight_one(name, q, sigma, steps, value, *, rtol=1e-3):
+  """The tight (PLD) answer to one question, with nothing to compile.
+
+  One Poisson-sampled Gaussian configuration (add/remove), composed ``steps``
+  times, by the general PLD engine (:mod:`jaxdp.pld_general`: NumPy/SciPy
+  FFTs, certified pessimistic/optimistic interval, its own runtime guards),
+  and the RDP bound beside it (the host path of :func:`epsilon`). This is
+  what the ``jaxdp`` command answers: a fresh process would otherwise spend
+  seconds compiling the batched kernel (:mod:`jaxdp.pld`) for one
+  configuration. Both engines are certified; their intervals overlap (tested).
+
+  Args:
+    name: "epsilon" (``value`` is δ) or "delta" (``value`` is ε).
+    q, sigma, steps, value: scalars, validated as in :func:`epsilon`.
+    rtol: target relative accuracy of the PLD grid.
+
+  Returns:
+    ``(lower, upper, rdp_upper)`` floats: the certified PLD interval (after
+    the guards :func:`jaxdp._guards.check`, which also hold it below the RDP
+    bound) and the RDP upper bound. The answer to report is
+    ``min(upper, rdp_upper)``: both are upper bounds.
+  """
+  from jaxdp import _guards, events, mechanisms, pld_general  # pylint: disable=g-import-not-at-top
+  _validate_common(q, sigma, steps)
+  if name == "epsilon":
+    nx.check_array("delta", value, low=0.0, high=1.0, low_open=True, high_open=True)
+  else:
+    nx.check_array("epsilon", value, low=0.0)
+  q, sigma, steps, value = (float(np.asarray(a, np.float64)) for a in (q, sigma, steps, value))
+  with nx.x64():
+    rdp_up = float(_run_chunked(name, q, sigma, steps, value, None, "improved"))
+  if q == 0.0 or steps == 0.0:
+    return 0.0, 0.0, rdp_up
+  phases = [(mechanisms.dominating_pairs(events.SampledGaussian(q, sigma)), steps)]
+  fn = pld_general.epsilon if name == "epsilon" else pld_general.delta
+  lo, up = fn(phases, value, rtol=rtol, return_bounds=True)
+  # One-step consistency was checked by pld_general's own guard (for ε as
+  # δ_1(ε_upper) <= δ); the one-step δ raises the lower bound for δ.
+  one = (pld_general.one_step_delta(phases, value) if name == "delta" else None)
+  one = np.zeros(1) if one is None else np.atleast_1d(one) * (1.0 - 1e-6)
+  lo, up = _guards.check(name, np.atleast_1d(lo), np.atleast_1d(up), one, np.ones(1, bool),
+                         lambda mask: np.full(int(mask.sum()), rdp_up), certified_upper=rdp_up)
+  return float(lo[0]), float(up[0]), rdp_up

@@ -198,3 +198,57 @@ def test_epsilon_tradeoff_lines(capsys):
                         (["--tradeoff", "0.1", "--tuning", "poisson:10"], "--tuning")]:
     code, _, err = run(capsys, *argv, *extra)
     assert code == 2 and err.startswith("jaxdp: error: ") and needle in err, err
+
+
+def test_default_epsilon_is_tight_with_interval_and_rdp(capsys):
+  """No --accountant: the PLD answer (general engine), its interval and the RDP
+  value; the interval overlaps the batched kernel's, the value is <= RDP and
+  within 0.5% of dp_accounting's PLD accountant (a test-only oracle)."""
+  from jaxdp import pld
+  q, sigma, steps, delta = 0.004, 1.1, 5000, 1e-5
+  code, out, err = run(capsys, "epsilon", "--q", str(q), "--sigma", str(sigma), "--steps",
+                       str(steps), "--delta", str(delta))
+  assert code == 0 and err == ""
+  lines = dict(line.split(" = ") for line in out.strip().splitlines())
+  assert list(lines) == ["epsilon", "epsilon_lower", "epsilon_rdp"]
+  value, lower, rdp_value = (float(lines[k]) for k in lines)
+  assert rdp_value == float(jaxdp.epsilon(q, sigma, steps, delta))
+  assert lower <= value <= rdp_value
+  k_lo, k_up = pld.epsilon(q, sigma, steps, delta, return_bounds=True)
+  assert lower <= k_up and k_lo <= value
+  dpa = pytest.importorskip("dp_accounting")
+  from dp_accounting.pld import pld_privacy_accountant
+  acc = pld_privacy_accountant.PLDAccountant()
+  acc.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(sigma)), steps)
+  assert value == pytest.approx(acc.get_epsilon(delta), rel=5e-3)
+
+
+def test_default_delta_is_tight(capsys):
+  code, out, _ = run(capsys, "delta", "--q", "0.01", "--sigma", "1.0", "--steps", "300",
+                     "--epsilon", "1.5")
+  lines = dict(line.split(" = ") for line in out.strip().splitlines())
+  assert code == 0 and list(lines) == ["delta", "delta_lower", "delta_rdp"]
+  value, lower, rdp_value = (float(lines[k]) for k in lines)
+  assert lower <= value <= rdp_value
+  assert rdp_value == float(jaxdp.delta(0.01, 1.0, 300, 1.5))
+  # An exact reference: δ(ε) is at least the one-step exact value.
+  from jaxdp import profiles
+  assert value >= float(profiles.sampled_gaussian(epsilon=1.5, q=0.01, sigma=1.0)) * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("extra", [["--accountant", "rdp"], ["--orders", ORD],
+                                   ["--tuning", "poisson:10"]])
+def test_rdp_where_asked_or_implied(capsys, extra):
+  code, out, _ = run(capsys, "epsilon", "--q", "0.01", "--sigma", "1.0", "--steps", "300",
+                     "--delta", "1e-5", *extra)
+  assert code == 0
+  first = out.strip().splitlines()[0]
+  orders = ORDERS if "--orders" in extra else None
+  assert first == f"epsilon = {float(jaxdp.epsilon(0.01, 1.0, 300, 1e-5, orders=orders))!r}"
+
+
+def test_calibrate_default_stays_rdp(capsys):
+  code, out, _ = run(capsys, "calibrate", "--target-epsilon", "2", "--delta", "1e-5", "--q",
+                     "0.01", "--steps", "300")
+  assert code == 0
+  assert float(out.split("=")[1]) == float(calibrate.sigma(2, 1e-5, 0.01, 300))
