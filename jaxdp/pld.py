@@ -130,6 +130,7 @@ import numpy as np
 from jaxdp import _guards
 from jaxdp import _numerics as num
 from jaxdp import _pld_extra
+from jaxdp import _pld_fallback
 
 __all__ = [
     "delta",
@@ -513,6 +514,10 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
   up, lo = _scatter_bounds(trivial, cfg, inverse, slot, table, h, want_epsilon=name == "epsilon",
                            automatic=value_discretization_interval is None)
   up = clip(up).reshape(shape)
+  if name == "epsilon":   # +∞ at extreme inputs: the general engine's finite bound
+    lo, up = _pld_fallback.finite_epsilon(
+        *(np.broadcast_to(np.asarray(a, np.float64), shape) for a in (q, sigma, steps, value)),
+        lo.reshape(shape), up, rtol)
   if name == "delta":
     from jaxdp import _api  # pylint: disable=g-import-not-at-top
     up = _api.delta_floor(up, q, steps, value)

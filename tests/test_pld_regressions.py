@@ -266,3 +266,23 @@ def test_blocked_suffix_sums_match_the_recursion(n):
       assert np.max(np.abs(s - ref) / np.maximum(ref, 1e-300)) < 1e-12, h
     t = np.asarray(C._suffix_sums(jnp.asarray(w), jnp.ones(())))
     np.testing.assert_allclose(t, np.cumsum(w[::-1])[::-1], rtol=1e-13)
+
+
+@pytest.mark.slow
+def test_kernel_infinity_falls_back_to_the_general_engine():
+  """q = 1e-3, σ = 1, 10^6 steps, δ = 1e-12: the kernel's round-off allowance
+  alone exceeds δ (upper ε = +∞); the general engine's finite interval is
+  intersected with the kernel's. Independent checks: below the RDP bound's
+  ceiling for the lower end (the guards) and above the kernel's own lower end."""
+  from jaxdp import _pld_fallback
+  args = (1e-3, 1.0, 10**6, 1e-12)
+  old = _pld_fallback.MAX_CONFIGURATIONS
+  try:
+    _pld_fallback.MAX_CONFIGURATIONS = 0
+    k_lo, k_up = pld.epsilon(*args, return_bounds=True)
+  finally:
+    _pld_fallback.MAX_CONFIGURATIONS = old
+  lo, up = pld.epsilon(*args, return_bounds=True)
+  assert np.isinf(k_up) and np.isfinite(up)
+  assert k_lo <= lo <= up
+  assert lo <= float(jaxdp.epsilon(*args)) * (1 + 1e-9)   # the RDP upper bound
