@@ -11,6 +11,8 @@ certified, so their intersection is too.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 __all__ = ["finite_epsilon"]
@@ -38,14 +40,25 @@ def finite_epsilon(q, sigma, steps, delta, lo, up, rtol):
   need = np.isinf(up) & (q > 0) & (np.round(steps) >= 1)
   if not np.any(need):
     return lo.reshape(shape), up.reshape(shape)
-  from jaxdp import events, mechanisms, pld_general  # pylint: disable=g-import-not-at-top
   keys = np.stack([q[need], sigma[need], np.round(steps[need])], axis=1)
   configs, inverse = np.unique(keys, axis=0, return_inverse=True)
   where = np.flatnonzero(need)
   for c, (qc, sc, tc) in enumerate(configs[:MAX_CONFIGURATIONS]):
     idx = where[inverse.reshape(-1) == c]
-    phases = [(mechanisms.dominating_pairs(events.SampledGaussian(float(qc), float(sc))), tc)]
-    g_lo, g_up = pld_general.epsilon(phases, delta[idx], rtol=rtol, return_bounds=True)
+    g_lo, g_up = _general(float(qc), float(sc), float(tc), tuple(delta[idx].tolist()), rtol)
     lo[idx] = np.maximum(lo[idx], g_lo)
     up[idx] = np.minimum(up[idx], g_up)
   return lo.reshape(shape), up.reshape(shape)
+
+
+@functools.lru_cache(maxsize=64)
+def _general(q, sigma, steps, deltas, rtol):
+  """The general engine's interval (cached: these inputs take seconds, and
+  ``jaxdp.epsilon`` with ``pld.epsilon`` on the same question repeat them)."""
+  from jaxdp import events, mechanisms, pld_general  # pylint: disable=g-import-not-at-top
+  phases = [(mechanisms.dominating_pairs(events.SampledGaussian(q, sigma)), steps)]
+  lo, up = pld_general.epsilon(phases, np.asarray(deltas), rtol=rtol, return_bounds=True)
+  out = tuple(np.array(a, np.float64).reshape(-1) for a in (lo, up))
+  for a in out:
+    a.setflags(write=False)   # shared by the cache
+  return out

@@ -302,11 +302,17 @@ def test_from_profile_shapes_and_trivial_mechanism():
   np.testing.assert_allclose(b.tpr_upper, [0.1, 0.5], atol=1e-14)
 
 
+@pytest.mark.slow
 def test_calibrate_sigma_dispatches_target_tpr():
   import jaxdp
   q, t, tpr, fpr = 0.01, 500, 0.05, 0.01
   s = float(jaxdp.calibrate.sigma(q=q, steps=t, target_tpr=tpr, at_fpr=fpr))
   assert float(tr.tradeoff(q, s, t, fpr).tpr_upper) <= tpr
+
+
+def test_calibrate_sigma_target_tpr_arguments():
+  import jaxdp
+  q, t, tpr, fpr = 0.01, 500, 0.05, 0.01
   with pytest.raises(ValueError, match="target_tpr"):
     jaxdp.calibrate.sigma(1.0, 1e-5, q, t, target_tpr=tpr, at_fpr=fpr)
   with pytest.raises(ValueError, match="at_fpr"):
