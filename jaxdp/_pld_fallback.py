@@ -18,8 +18,8 @@ import numpy as np
 __all__ = ["finite_epsilon"]
 
 # At most this many configurations per call go to the general engine (each
-# takes up to seconds at these extremes); beyond, +∞ stays (still sound).
-MAX_CONFIGURATIONS = 16
+# takes up to ~10 s at these extremes); beyond, +∞ stays (still sound).
+MAX_CONFIGURATIONS = 4
 
 
 def finite_epsilon(q, sigma, steps, delta, lo, up, rtol):

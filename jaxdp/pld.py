@@ -474,7 +474,10 @@ def epsilon(q, sigma, steps, delta, *, value_discretization_interval=None, rtol=
   The returned ε is the smallest ε at which the pessimistic PLD's δ(ε) is
   <= ``delta`` (solved exactly on the piecewise-exponential δ of the discrete
   PLD, then nudged up by a few ulps), so δ(ε) <= delta holds for the mechanism.
-  +inf when the infinity mass alone exceeds ``delta``.
+  +inf when the infinity mass alone exceeds ``delta``. Where the kernel's
+  FFT round-off allowance exceeds ``delta`` (extreme inputs), the general
+  engine's interval is intersected in (:mod:`jaxdp._pld_fallback`, up to 4
+  configurations per call, seconds each).
 
   Args:
     q, sigma, steps: as in :func:`delta`.
@@ -489,15 +492,20 @@ def epsilon(q, sigma, steps, delta, *, value_discretization_interval=None, rtol=
     ValueError: naming the argument and value when an input is out of range.
   """
   lo, up, _ = guarded_bounds("epsilon", q, sigma, steps, delta,
-                             value_discretization_interval, rtol)
+                             value_discretization_interval, rtol, finite_fallback=True)
   return (lo, up) if return_bounds else up
 
 
 def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=None,
-                   rtol=1e-3):
+                   rtol=1e-3, finite_fallback=False):
   """The guarded PLD interval of :func:`epsilon` (name "epsilon", value = δ)
   or :func:`delta` (name "delta", value = ε), and the RDP upper bound the
   guards compared it with (host level: call under float64).
+
+  With ``finite_fallback`` (what :func:`epsilon` reports on its own), an
+  upper ε of +∞ is replaced by the general engine's where that is finite
+  (:mod:`jaxdp._pld_fallback`); ``jaxdp.epsilon`` does not need it, since
+  it reports the minimum with the RDP bound.
 
   Returns:
     ``(lower, upper, rdp_upper)`` NumPy arrays of the broadcast shape.
@@ -514,7 +522,7 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
   up, lo = _scatter_bounds(trivial, cfg, inverse, slot, table, h, want_epsilon=name == "epsilon",
                            automatic=value_discretization_interval is None)
   up = clip(up).reshape(shape)
-  if name == "epsilon":   # +∞ at extreme inputs: the general engine's finite bound
+  if name == "epsilon" and finite_fallback:   # +∞ at extreme inputs
     lo, up = _pld_fallback.finite_epsilon(
         *(np.broadcast_to(np.asarray(a, np.float64), shape) for a in (q, sigma, steps, value)),
         lo.reshape(shape), up, rtol)
