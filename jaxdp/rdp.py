@@ -264,6 +264,11 @@ def _log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes=_NODES_PE
   Relative error below 1e-12 over q ∈ [1e-8, 1], α ∈ (1, 10⁴] with 64 nodes
   per window for σ ≥ 0.3 and with 40 nodes for σ ≥ 0.5 (tests/test_rdp.py,
   tests/test_soundness.py against mpmath).
+
+  Like the other private kernels of this module it takes the array
+  namespace ``xp``: ``jnp`` (jittable, the default) or ``numpy`` (the
+  no-compilation host path of one question, :mod:`jaxdp._host_rdp`; the
+  same formulas, tested equal to ~1e-14 relative).
   """
   log_q, log_1mq, sigma, alpha = xp.broadcast_arrays(log_q, log_1mq, sigma, alpha)
   dtype = sigma.dtype
