@@ -447,8 +447,8 @@ def _allowance(comp, eps):
     return comp.dist.err * np.exp(comp.dist.logc - comp.lam * np.asarray(eps, np.float64))
 
 
-def _finite_delta(comp, h, eps, pess):
-  (s1, d), _ = _suffix(comp, h, pess)
+def _finite_delta(comp, h, eps, pess, suffix=None):
+  (s1, d), _ = _suffix(comp, h, pess) if suffix is None else suffix
   dist = comp.dist
   n = dist.p.size
   # The first node strictly above ε; a node within 1e-9 h of ε contributes
@@ -481,13 +481,14 @@ def _epsilon_of(comp, h, target, pess, shift):
   δ, and every ε with L(ε) > δ lies below the true ε, so the last crossing is
   a lower bound.
   """
-  (s1, d), ell = _suffix(comp, h, pess)
+  suffix = _suffix(comp, h, pess)
+  (s1, d), ell = suffix
   n = ell.size
   tt = target.ravel()
   left = np.maximum(np.append(-np.inf, ell[:-1]), 0.0)
   with np.errstate(invalid="ignore", over="ignore"):
     node = s1[1:] - math.exp(-h) * d[1:]                 # finite δ at ε = ℓ_i
-    fin_left = np.append(_finite_delta(comp, h, np.array([0.0]), pess), node[:-1])
+    fin_left = np.append(_finite_delta(comp, h, np.array([0.0]), pess, suffix), node[:-1])
     fin_left = np.where(np.append(True, ell[:-1] <= 0), fin_left[0], fin_left)
     a_left = _allowance(comp, left)
     if pess:
