@@ -92,9 +92,19 @@ def _run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False):
     res = _host_rdp.minimum_over_all_orders(kind, method, *flat, rdp_nodes_for(flat[1]),
                                             with_order=with_order)
     result, alpha = res if with_order else (res, None)
-    if kind == "delta":
-      result = delta_floor(result, flat[0], flat[2], flat[3])
-    return (result.reshape(shape), alpha.reshape(shape)) if with_order else result.reshape(shape)
+  else:
+    result, alpha = _compiled_chunks(kind, flat, key, search_plan, method, with_order)
+  if kind == "delta":
+    result = delta_floor(result, flat[0], flat[2], flat[3])
+  if with_order:
+    return result.reshape(shape), alpha.reshape(shape)
+  return result.reshape(shape)
+
+
+def _compiled_chunks(kind, flat, key, search_plan, method, with_order):
+  """:func:`_run_chunked` through the compiled programs, chunk by chunk:
+  ``(values, orders attained or None)`` as flat NumPy arrays."""
+  n = flat[0].size
   chunk = _bucket(n)
   out, best_orders = [], []
   for start in range(0, n, chunk):
@@ -105,7 +115,7 @@ def _run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False):
     if m < chunk:  # pad with a benign configuration to reuse the compiled shape
       pad = [np.full(chunk - m, v) for v in (0.5, 1.0, 1.0, 0.5)]
       parts = [np.concatenate([p, f]) for p, f in zip(parts, pad)]
-    if search_plan is not None and orders is None:
+    if search_plan is not None and key is None:
       # Default: the grid minimum, then the minimum over all real α > 1.
       res, best = _order_search.search(kind, search_plan, method, nodes, *parts, with_index=True)
       res = _continuous_order.refine(kind, method, nodes, res, search_plan.orders, best, *parts,
@@ -119,12 +129,9 @@ def _run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False):
       res = _chunk_fn(kind, key, method, nodes)(*(jnp.asarray(p) for p in parts))
     out.append(np.asarray(res)[:m])
   result = np.concatenate(out) if out else np.zeros((0,))
-  if kind == "delta":
-    result = delta_floor(result, flat[0], flat[2], flat[3])
-  if with_order:
-    alpha = np.concatenate(best_orders) if best_orders else np.zeros((0,))
-    return result.reshape(shape), alpha.reshape(shape)
-  return result.reshape(shape)
+  if not with_order:
+    return result, None
+  return result, (np.concatenate(best_orders) if best_orders else np.zeros((0,)))
 
 
 def epsilon_and_order(q, sigma, steps, delta):

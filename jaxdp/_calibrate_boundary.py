@@ -226,11 +226,11 @@ def _host_epsilon(q, s, t_steps, d):
   with the nodes :func:`jaxdp.epsilon` would use for each on its own."""
   from jaxdp import _host_rdp  # pylint: disable=g-import-not-at-top
   eps = np.empty(q.shape[0])
-  wide = s >= 0.5
-  for sel, nodes in ((wide, rdp._NODES_WIDE), (~wide, rdp._NODES_PER_WINDOW)):
-    if np.any(sel):
-      eps[sel] = _host_rdp.minimum_over_all_orders("epsilon", "improved", q[sel], s[sel],
-                                                   t_steps[sel], d[sel], nodes)
+  nodes = np.array([rdp._nodes_for(s[i:i + 1]) for i in range(s.size)])
+  for k in np.unique(nodes):
+    sel = nodes == k
+    eps[sel] = _host_rdp.minimum_over_all_orders("epsilon", "improved", q[sel], s[sel],
+                                                 t_steps[sel], d[sel], int(k))
   return eps * (1.0 + _HOST_MARGIN)
 
 

@@ -68,14 +68,11 @@ def grid_rdp(q, sigma, orders, nodes):
 
 def _rdp_at(q, sigma, orders, nodes, by_quadrature):
   """(n, m) per-step RDP by quadrature, or by the exact binomial sum."""
-  q2, s2 = q[:, None], sigma[:, None]
   if by_quadrature:
-    return rdp.quadrature_rdp(q2, s2, orders[None, :], nodes, np)
-  coef, rest = rdp._binomial_tables(orders)
-  qq, ss, log_q, log_1mq, _ = rdp._prep(q2, s2, np)
-  log_am1 = rdp._binomial_lse(log_q[..., None], log_1mq[..., None], ss[..., None],
-                              coef, rest, np)
-  return rdp._finish(log_am1, qq, ss, orders[None, :], True, nodes, np)
+    return rdp.quadrature_rdp(q[:, None], sigma[:, None], orders[None, :], nodes, np)
+  qq, ss, log_q, log_1mq, _ = rdp._prep(q, sigma, np)
+  log_am1 = rdp._log_a_minus_1_binomial(log_q, log_1mq, ss, orders, np)
+  return rdp._finish(log_am1, qq[:, None], ss[:, None], orders[None, :], True, nodes, np)
 
 
 def minimum_over_all_orders(kind, method, q, sigma, steps, x, nodes, with_order=False):

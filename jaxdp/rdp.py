@@ -80,7 +80,7 @@ def _float_dtype(*xs):
 # --------------------------------------------------------------------------
 
 
-def _log_a_minus_1_binomial(log_q, log_1mq, sigma, orders):
+def _log_a_minus_1_binomial(log_q, log_1mq, sigma, orders, xp=jnp):
   """log(A_α - 1) for a bucket of integer orders α ≥ 2 by the exact binomial sum.
 
   A_α - 1 = Σ_{k=2}^{α} C(α,k) (1-q)^{α-k} q^k (exp((k²-k)/(2σ²)) - 1):
@@ -98,7 +98,7 @@ def _log_a_minus_1_binomial(log_q, log_1mq, sigma, orders):
   """
   coef, rest = _binomial_tables(orders)
   return _binomial_lse(log_q[:, None, None], log_1mq[:, None, None], sigma[:, None, None],
-                       jnp.asarray(coef, log_q.dtype), jnp.asarray(rest, log_q.dtype))
+                       xp.asarray(coef, log_q.dtype), xp.asarray(rest, log_q.dtype), xp)
 
 
 def _binomial_tables(orders):
