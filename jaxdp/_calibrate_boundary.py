@@ -215,10 +215,10 @@ def _check_epsilon_rdp(q, s, t_steps, d, orders, with_order=False):
   return eps
 
 
-# The host path (jaxdp._host_rdp) and the compiled one agree to ~1e-13
-# relative (tests/test_host_rdp.py); a host value inflated by this margin
+# The host path (jaxdp._host_rdp) and the compiled one agree to 2e-13
+# relative down to sigma = 0.01 (tests/test_host_rdp.py); a host value inflated by this margin
 # that meets a target meets it on either path of jaxdp.epsilon.
-_HOST_MARGIN = 1e-11
+_HOST_MARGIN = 1e-10
 
 
 def _host_epsilon(q, s, t_steps, d):

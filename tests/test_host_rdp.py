@@ -13,7 +13,7 @@ import jaxdp
 from jaxdp import _api, _calibrate_boundary, _host_rdp, calibrate, rdp
 from jaxdp import _numerics as nx
 
-from reference import ref_rdp_to_epsilon, ref_sgm_rdp
+from reference import ref_rdp_to_epsilon, ref_sampled_gaussian_delta, ref_sgm_rdp
 
 
 def _domain(n, seed):
@@ -26,7 +26,9 @@ def _domain(n, seed):
   eps = 10**rng.uniform(-3, 2, n)
   edges = [(0.0, 1.0, 10.0, 1e-5, 1.0), (1.0, 1.0, 10.0, 1e-5, 1.0),
            (1.0, 0.05, 1e6, 1e-15, 100.0), (1e-8, 50.0, 1.0, 0.5, 1e-3),
-           (0.5, 1.0, 0.0, 1e-5, 0.0), (1e-3, 0.2, 1e7, 1e-12, 5.0)]
+           (0.5, 1.0, 0.0, 1e-5, 0.0), (1e-3, 0.2, 1e7, 1e-12, 5.0),
+           (1e-6, 0.01, 1e6, 1e-12, 5.0), (1.0, 0.01, 10.0, 1e-12, 100.0),
+           (0.999, 0.01, 1e6, 1e-12, 1e-3)]
   for i, row in enumerate(edges):
     q[i], sigma[i], steps[i], delta[i], eps[i] = row
   return q, sigma, steps, delta, eps
@@ -138,3 +140,18 @@ def test_host_margin_covers_the_two_paths():
   fin = np.isfinite(host) & (compiled > 0)
   rel = np.abs(host[fin] - compiled[fin]) / compiled[fin]
   assert rel.max() * 100 < _calibrate_boundary._HOST_MARGIN
+
+
+@pytest.mark.parametrize("q,sigma,steps,delta", [
+    (0.0042667, 1.1, 14062, 1e-5),
+    (1.0, 0.05, 10, 1e-12),
+    pytest.param(1e-6, 0.01, 10**6, 1e-12, marks=pytest.mark.slow),
+    pytest.param(0.999, 0.05, 1000, 1e-12, marks=pytest.mark.slow)])
+def test_tight_one_is_sound_at_the_edges(q, sigma, steps, delta):
+  """The CLI's one-question answer: finite, ordered, never above RDP, and a
+  valid ε by the exact one-step profile in mpmath (δ_1(ε) <= δ_T(ε) <= δ)."""
+  lo, up, rdp_up = _api.tight_one("epsilon", q, sigma, steps, delta)
+  value = min(up, rdp_up)
+  assert np.isfinite(value) and 0 <= lo <= value <= rdp_up
+  for direction in ("remove", "add"):
+    assert float(ref_sampled_gaussian_delta(value, q, sigma, direction)) <= delta * (1 + 1e-9)
