@@ -191,7 +191,8 @@ def _build_parser() -> argparse.ArgumentParser:
   p.add_argument("--delta", type=float, required=True, help="delta, e.g. 1e-5")
   p.add_argument("--solve", choices=("sigma", "steps", "sampling-rate"), default="sigma",
                  help="the unknown (default: sigma)")
-  p.add_argument("--rtol", type=float, default=1e-6, help="relative tolerance (default 1e-6)")
+  p.add_argument("--rtol", type=float, default=None, help="relative tolerance of the answer "
+                 "(default 1e-3 for the tight sigma, 1e-6 otherwise)")
 
   p = sub.add_parser(
       "sweep", help="evaluate a CSV/JSON grid of configurations",
@@ -260,17 +261,24 @@ def _default_accountant(args):
   epsilon and delta of Poisson sampling at a rate answer with the tight PLD
   value (certified interval and RDP value beside it): one question is
   answered by the general PLD engine and the host RDP path, with nothing to
-  compile (jaxdp._api.tight_one), ~1.5 s in a fresh process. The RDP
-  accountant stays the default of calibrate (a PLD calibration runs the PLD
-  several times: seconds more), of samplers, and with --orders or --tuning
-  (RDP notions).
+  compile (jaxdp._api.tight_one), ~1.5 s in a fresh process. calibrate
+  --solve sigma does the same (jaxdp._tight_calibrate: four PLD evaluations,
+  ~2.5 s). The RDP accountant stays the default of the other calibrations,
+  of samplers, and with --orders or --tuning (RDP notions).
   """
   if args.accountant is not None:
     return
-  tight = (args.command in ("epsilon", "delta") and args.sampler in (None, "poisson")
-           and not _replace_one(args) and args.orders is None
-           and getattr(args, "tuning", None) is None)
-  args.accountant = "pld" if tight else "rdp"
+  args.accountant = "pld" if _tight_question(args) else "rdp"
+
+
+def _tight_question(args) -> bool:
+  """True for the questions the tight path answers: Poisson sampling at a
+  rate, epsilon/delta or calibrate --solve sigma, no RDP-only option."""
+  if args.command == "calibrate" and args.solve != "sigma":
+    return False
+  return (args.command in ("epsilon", "delta", "calibrate") and args.sampler in (None, "poisson")
+          and not _replace_one(args) and args.orders is None
+          and getattr(args, "tuning", None) is None)
 
 
 def _print_tight(args, q, sigma, steps) -> None:
@@ -405,10 +413,34 @@ def _print_tradeoff(q, sigma, steps, fprs):
     print(f"fpr={_fmt(f)} tpr_upper={_fmt(up)} tpr_lower={_fmt(lo)}")
 
 
+def _print_tight_sigma(args, q, steps) -> int:
+  """The tight σ of one Poisson question: σ (min of the PLD and RDP bounds
+  meets the target, as `jaxdp epsilon` reports it), a certified lower end on
+  the exact smallest σ, and the RDP answer."""
+  from jaxdp import _tight_calibrate  # pylint: disable=g-import-not-at-top
+  rtol = 1e-3 if args.rtol is None else args.rtol
+  if args.orders is not None:
+    raise ValueError("--orders applies to --accountant rdp only.")
+  ans = _tight_calibrate.tight_sigma(args.target_epsilon, args.delta, q, steps, rtol=rtol)
+  print(f"sigma = {_fmt(ans.sigma)}")
+  print(f"sigma_lower = {_fmt(ans.sigma_lower)}")
+  print(f"sigma_rdp = {_fmt(ans.sigma_rdp)}")
+  if math.isinf(ans.sigma):
+    print(f"{_PROG}: the target cannot be met by any sigma <= 1e7 at this delta.",
+          file=sys.stderr)
+    return 1
+  return 0
+
+
 def _cmd_calibrate(args) -> int:
   from jaxdp import calibrate
-  if args.accountant is None:
-    args.accountant = "rdp"
+  _default_accountant(args)
+  if (args.accountant == "pld" and args.solve == "sigma" and args.sampler in (None, "poisson")
+      and not _replace_one(args)):
+    q, steps = _resolve_q_steps(args)
+    return _print_tight_sigma(args, q, steps)
+  if args.rtol is None:
+    args.rtol = 1e-6
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
     if args.solve == "sampling-rate" and args.sampler not in (None, "poisson"):

@@ -247,8 +247,30 @@ def test_rdp_where_asked_or_implied(capsys, extra):
   assert first == f"epsilon = {float(jaxdp.epsilon(0.01, 1.0, 300, 1e-5, orders=orders))!r}"
 
 
-def test_calibrate_default_stays_rdp(capsys):
-  code, out, _ = run(capsys, "calibrate", "--target-epsilon", "2", "--delta", "1e-5", "--q",
-                     "0.01", "--steps", "300")
+def test_calibrate_default_is_tight_with_lower_end_and_rdp(capsys):
+  """No --accountant: σ of the tight path (jaxdp._tight_calibrate), a certified
+  lower end and the RDP answer; --accountant pld is the same, rdp one line."""
+  from jaxdp import _tight_calibrate
+  argv = ["calibrate", "--target-epsilon", "2", "--delta", "1e-5", "--q", "0.01", "--steps", "300"]
+  code, out, err = run(capsys, *argv)
+  assert code == 0 and err == ""
+  lines = dict(line.split(" = ") for line in out.strip().splitlines())
+  assert list(lines) == ["sigma", "sigma_lower", "sigma_rdp"]
+  ans = _tight_calibrate.tight_sigma(2.0, 1e-5, 0.01, 300)
+  assert tuple(float(v) for v in lines.values()) == ans
+  assert ans.sigma_rdp == float(calibrate.sigma(2, 1e-5, 0.01, 300))
+  code, out2, _ = run(capsys, *argv, "--accountant", "pld")
+  assert code == 0 and out2 == out
+  code, out, _ = run(capsys, *argv, "--accountant", "rdp")
+  assert code == 0 and out.strip() == f"sigma = {float(calibrate.sigma(2, 1e-5, 0.01, 300))!r}"
+  code, out, _ = run(capsys, *argv, "--rtol", "1e-2")
   assert code == 0
-  assert float(out.split("=")[1]) == float(calibrate.sigma(2, 1e-5, 0.01, 300))
+  coarse = float(out.split("\n")[0].split(" = ")[1])
+  assert ans.sigma <= coarse <= ans.sigma * 1.011
+
+
+def test_calibrate_other_unknowns_stay_rdp(capsys):
+  code, out, _ = run(capsys, "calibrate", "--solve", "steps", "--target-epsilon", "2",
+                     "--delta", "1e-5", "--q", "0.01", "--sigma", "1.0")
+  assert code == 0
+  assert out.strip() == f"steps = {int(calibrate.steps(2, 1e-5, 0.01, 1.0))}"

@@ -1,0 +1,137 @@
+"""The tight σ for one question (jaxdp._tight_calibrate, `jaxdp calibrate`).
+
+Independent references: the Gaussian mechanism's exact privacy profile in
+mpmath (q = 1 composes exactly: T steps at σ are one step at σ/√T), the
+exact one-step Poisson-sampled profile by mpmath integration
+(tests/reference.py), the answer path itself (`jaxdp epsilon`'s tight value,
+`_api.tight_one`) and dp_accounting's PLD calibration as a test-only oracle.
+"""
+
+import math
+import os
+
+import mpmath as mp
+import numpy as np
+import pytest
+from jax import monitoring
+
+from jaxdp import _api, _tight_calibrate, calibrate, pld_general
+from reference import ref_sampled_gaussian_delta
+
+
+def _gaussian_delta(epsilon, mu):
+  """Exact δ(ε) of the Gaussian mechanism with sensitivity/σ = μ (mpmath)."""
+  with mp.workdps(40):
+    e, m = mp.mpf(epsilon), mp.mpf(mu)
+    return mp.ncdf(-e / m + m / 2) - mp.exp(e) * mp.ncdf(-e / m - m / 2)
+
+
+def _reported(q, sigma, steps, delta):
+  """The value `jaxdp epsilon` prints: min(PLD upper, RDP)."""
+  _, up, rdp_up = _api.tight_one("epsilon", q, sigma, steps, delta)
+  return min(up, rdp_up)
+
+
+CASES = [  # target ε, δ, q, steps
+    (3.0, 1e-5, 0.0042667, 14062),       # the README's MNIST question
+    (1.0, 1e-6, 0.01, 1000),
+    (8.0, 1e-5, 0.1, 100),
+    (0.2, 1e-10, 1e-3, 20000),
+    pytest.param(20.0, 1e-3, 0.5, 10, marks=pytest.mark.slow),
+    pytest.param(0.5, 1e-5, 1e-4, 10**6, marks=pytest.mark.slow),
+    pytest.param(2.0, 1e-8, 1.0, 1, marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("target,delta,q,steps", CASES)
+def test_answer_meets_the_target_as_jaxdp_epsilon_reports_it(target, delta, q, steps):
+  ans = _tight_calibrate.tight_sigma(target, delta, q, steps)
+  assert 0 < ans.sigma_lower <= ans.sigma <= ans.sigma_rdp
+  assert _reported(q, ans.sigma, steps, delta) <= target
+  # tight: a σ 2·rtol lower fails (the bracket's infeasible end is within rtol)
+  assert _reported(q, ans.sigma * (1 - 2e-3), steps, delta) > target
+  # the RDP answer is the RDP calibration itself
+  assert ans.sigma_rdp == float(calibrate.sigma(target, delta, q, steps))
+
+
+@pytest.mark.parametrize("target,delta,steps", [(3.0, 1e-5, 1), (1.0, 1e-6, 100),
+                                                (0.5, 1e-9, 10000)])
+def test_interval_contains_the_exact_sigma_for_the_gaussian(target, delta, steps):
+  """q = 1: the composition is one Gaussian step at σ/√T, whose δ(ε) is a closed
+  form. The exact smallest σ* (δ(target) = δ) lies in [sigma_lower, sigma]."""
+  ans = _tight_calibrate.tight_sigma(target, delta, 1.0, steps)
+  assert _gaussian_delta(target, math.sqrt(steps) / ans.sigma) <= delta
+  assert _gaussian_delta(target, math.sqrt(steps) / ans.sigma_lower) > delta
+  assert ans.sigma / ans.sigma_lower - 1 < 2e-3
+
+
+@pytest.mark.parametrize("target,delta,q", [(2.0, 1e-5, 0.05), (0.8, 1e-7, 0.3)])
+def test_sigma_lower_is_certified_against_the_exact_one_step_profile(target, delta, q):
+  """One step of the Poisson-sampled Gaussian, exact by mpmath integration:
+  at sigma_lower the exact δ(target) exceeds δ in some direction (so no σ at or
+  below it meets the target), at sigma it does not in either."""
+  ans = _tight_calibrate.tight_sigma(target, delta, q, 1)
+  at = lambda s: max(float(ref_sampled_gaussian_delta(target, q, s, d)) for d in ("remove", "add"))
+  assert at(ans.sigma) <= delta
+  assert at(ans.sigma_lower) > delta
+
+
+def test_close_to_dp_accounting_pld_calibration():
+  dpa = pytest.importorskip("dp_accounting")
+  from dp_accounting.pld import pld_privacy_accountant
+  q, steps, delta, target = 0.0042667, 14062, 1e-5, 3.0
+  event = lambda s: dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(s)),
+                                            steps)
+  ref = dpa.calibrate_dp_mechanism(pld_privacy_accountant.PLDAccountant, event, target, delta,
+                                   dpa.LowerEndpointAndGuess(0.5, 1.0), tol=1e-4)
+  ans = _tight_calibrate.tight_sigma(target, delta, q, steps)
+  assert ans.sigma == pytest.approx(ref, rel=5e-3)
+  # dp_accounting's pessimistic PLD is an upper bound: its σ is >= the exact one
+  assert ans.sigma_lower <= ref + 1e-4
+
+
+def test_edges():
+  assert _tight_calibrate.tight_sigma(1.0, 1e-5, 0.0, 100) == (0.0, 0.0, 0.0)
+  assert _tight_calibrate.tight_sigma(1.0, 1e-5, 0.1, 0) == (0.0, 0.0, 0.0)
+  # unreachable even at σ = 1e7 (T = 1e6 full-batch steps, ε = 1e-9): inf
+  ans = _tight_calibrate.tight_sigma(1e-9, 1e-12, 1.0, 10**6)
+  assert math.isinf(ans.sigma) and math.isinf(ans.sigma_rdp)
+  assert 0 < ans.sigma_lower < np.inf
+  assert _gaussian_delta(1e-9, 1e3 / ans.sigma_lower) > 1e-12
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(target_epsilon=-1.0), "target_epsilon"), (dict(delta=0.0), "delta"),
+    (dict(delta=1.0), "delta"), (dict(q=1.5), "q"), (dict(q=float("nan")), "q"),
+    (dict(steps=2.5), "steps"), (dict(rtol=0.0), "rtol"), (dict(grid_rtol=0.5), "grid_rtol")])
+def test_bad_input_raises_naming_the_argument(kwargs, needle):
+  args = dict(target_epsilon=1.0, delta=1e-5, q=0.01, steps=100)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=needle):
+    _tight_calibrate.tight_sigma(**args)
+
+
+def test_compiles_nothing():
+  compiles = []
+
+  def listener(event, duration, **_):
+    if event == "/jax/core/compile/backend_compile_duration":
+      compiles.append(duration)
+
+  monitoring.register_event_duration_secs_listener(listener)
+  try:
+    ans = _tight_calibrate.tight_sigma(2.5, 1e-6, 0.0123, 4321)
+  finally:
+    monitoring.unregister_event_duration_listener(listener)
+  assert compiles == [] and np.isfinite(ans.sigma)
+
+
+def test_one_side_equals_the_interval_and_threads_change_nothing(monkeypatch):
+  """epsilon_side is the same computation as one end of epsilon's interval,
+  and composing the directions/sides in threads gives the same bits."""
+  phases = _tight_calibrate.poisson_phases(0.02, 0.9, 700)
+  lo, up = pld_general.epsilon(phases, 1e-6, return_bounds=True)
+  assert pld_general.epsilon_side(phases, 1e-6, upper=True) == up
+  assert pld_general.epsilon_side(phases, 1e-6, upper=False) == lo
+  monkeypatch.setattr(os, "cpu_count", lambda: 1)
+  assert pld_general.epsilon(phases, 1e-6, return_bounds=True) == (lo, up)
