@@ -30,7 +30,7 @@ from jaxdp import _continuous_order
 from jaxdp import _order_search
 from jaxdp import rdp
 
-__all__ = ["minimum_over_all_orders", "MAX_CONFIGURATIONS"]
+__all__ = ["minimum_over_all_orders", "per_step_rdp", "MAX_CONFIGURATIONS"]
 
 # At most this many configurations take the host path: beyond, one compiled
 # batched program is faster than NumPy even counting its compilation.
@@ -63,6 +63,18 @@ def grid_rdp(q, sigma, orders, nodes):
       if np.any(rows) and np.any(cols):
         out[np.ix_(rows, cols)] = _rdp_at(q[rows], sigma[rows], orders[cols], nodes,
                                           by_quadrature)
+  return out
+
+
+def per_step_rdp(q, sigma, orders):
+  """Per-step RDP of a few configurations at ``orders`` (flat (n,) ``q``,
+  ``sigma``), each with the quadrature nodes a batch of it alone would use
+  (:func:`jaxdp.rdp._nodes_for`): :func:`grid_rdp` row by row group."""
+  nodes = np.array([rdp._nodes_for(sigma[i:i + 1]) for i in range(sigma.size)])
+  out = np.empty((q.size, np.size(orders)))
+  for k in np.unique(nodes):
+    sel = nodes == k
+    out[sel] = grid_rdp(q[sel], sigma[sel], np.asarray(orders, np.float64), int(k))
   return out
 
 

@@ -1,40 +1,40 @@
-"""σ for one question against the tight (PLD) ε, with nothing to compile.
+"""The tight answer to one calibration question, with nothing to compile.
 
-``jaxdp calibrate`` answers one question. Its tight answer is the smallest σ
-(to ``rtol``) at which the value ``jaxdp epsilon`` prints,
-min(PLD upper bound, RDP bound) (:func:`jaxdp._api.tight_one`), meets the
-target. Each evaluation of the PLD bound is a composition by the general
-engine (:mod:`jaxdp.pld_general`, NumPy FFTs, ~0.3 s at the README's MNIST
-configuration), so the solver spends as few as it can:
+``jaxdp calibrate`` answers one question: the smallest σ, or the largest
+number of steps or sampling rate, at which the value ``jaxdp epsilon``
+prints, min(PLD upper bound, RDP bound) (:func:`jaxdp._api.tight_one`),
+meets a target ε. Each evaluation of the PLD bound is a composition by the
+general engine (:mod:`jaxdp.pld_general`, NumPy FFTs, 0.1-0.3 s at DP-SGD
+configurations), so the solver spends as few as it can. In a coordinate y
+in which ε is non-increasing (log σ, -log T, -log q) the answer is the
+smallest feasible y:
 
-1. σ_rdp, the RDP answer (host path of :func:`jaxdp.calibrate.sigma`), meets
-   the target under the reported minimum, so it is a feasible end of the
-   bracket; every σ below it fails the RDP bound, so below σ_rdp only the PLD
-   bound decides.
-2. Secant steps in x = log σ on g(x) = log(ε_upper(e^x) / target), which is
-   smooth and monotone (more noise is post-processing), on a coarse grid
-   (``pld_general`` rtol 1e-2, ~0.18 s) while far from the root; the first
-   slope is the RDP bound's, measured at σ_rdp.
+1. The RDP answer (:mod:`jaxdp.calibrate`) meets the target under the
+   reported minimum, so it is a feasible end of the bracket; beyond it the
+   RDP bound fails, so only the PLD bound decides.
+2. Secant steps on g(y) = log(ε_upper / target), which is smooth and
+   monotone (more noise, fewer steps or a lower rate is post-processing), on
+   a coarse grid (``pld_general`` rtol 1e-2) while far from the root; the
+   first slope is the RDP bound's, measured at the RDP answer.
 3. On the grid ``jaxdp epsilon`` uses (rtol 1e-3), probes a factor
-   e^{±0.45·rtol} either side of the secant root. Only these evaluations move
-   the bracket [x_infeasible, x_feasible]; it closes when it is narrower than
-   -log(1 - rtol). Bisection takes over when the secant misbehaves.
-4. The infeasible probe also computes the PLD lower bound. When that lower
-   bound exceeds the target, no σ at or below that probe meets the target
-   under ANY accountant (the lower bound is certified and ε is non-increasing
-   in σ), so it is a certified ``sigma_lower`` on the true optimal σ.
+   e^{±0.45·rtol} either side of the secant root. Only these evaluations
+   move the bracket [y_infeasible, y_feasible]; it closes when it is
+   narrower than -log(1 - rtol) (or, for steps, at adjacent integers).
+   Bisection takes over when the secant misbehaves.
+4. The probes expected to be infeasible also compute the PLD lower bound.
+   Where it exceeds the target, no value at or beyond that probe meets the
+   target under ANY accountant (the lower bound is certified, and the exact
+   ε is monotone), which certifies an end of the exact answer's interval.
 
-Guarantees: ``sigma`` was evaluated with the same upper bound as
-``jaxdp epsilon`` at that σ, and it is <= the target; σ·(1 - rtol) was
-evaluated and is not (or σ = σ_rdp, below which the RDP bound fails as
-well and the PLD bound there exceeds the target).
+Guarantee: the answer was evaluated with the same bounds ``jaxdp epsilon``
+reports, and it meets the target.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -43,23 +43,36 @@ from jaxdp import _numerics as nx
 _COARSE_GRID = 1e-2     # pld_general rtol of the probes far from the root
 _SWITCH = 2e-2          # |g| below which the coarse probes stop
 _MAX_COARSE = 6
-_MAX_FINE = 14
+_MAX_FINE = 24
 _SECANT_FINE = 6        # fine probes steered by the secant before pure bisection
+_MAX_STEPS = 2.0**53
 
 
-class TightSigma(NamedTuple):
-  """The answer of :func:`tight_sigma`.
+class TightAnswer(NamedTuple):
+  """The answer of :func:`tight_sigma`, :func:`tight_steps` or :func:`tight_sampling_rate`.
 
   Attributes:
-    sigma: the smallest σ found (to rtol) whose reported ε, min(PLD upper,
-      RDP), is <= the target; ``inf`` when even σ = 1e7 fails.
-    sigma_lower: a certified lower bound on the exact smallest σ (no σ below
-      it meets the target under any accountant); 0.0 when none was certified.
-    sigma_rdp: the RDP answer (:func:`jaxdp.calibrate.sigma`).
+    value: the σ (smallest) or steps / q (largest) found, to rtol, at which
+      the reported ε, min(PLD upper, RDP), is <= the target.
+    bound: a certified bound on the exact answer: for σ a lower end (no σ at
+      or below it meets the target under any accountant; 0.0 when none was
+      certified), for steps and q an upper end (no value above it meets the
+      target; ``inf`` / 1.0 when none was certified).
+    rdp: the RDP answer (:mod:`jaxdp.calibrate`).
   """
-  sigma: float
-  sigma_lower: float
-  sigma_rdp: float
+  value: float
+  bound: float
+  rdp: float
+
+
+class _Unknown(NamedTuple):
+  """One unknown in the coordinate y where ε is non-increasing."""
+  y_lo: float
+  y_hi: float
+  value: Callable[[float], float]          # y -> the value evaluated there
+  y: Callable[[float], float]              # value -> y
+  phases: Callable[[float], list]
+  integer: bool = False
 
 
 def poisson_phases(q, sigma, steps):
@@ -68,37 +81,167 @@ def poisson_phases(q, sigma, steps):
   return [(mechanisms.dominating_pairs(events.SampledGaussian(q, sigma)), steps)]
 
 
-def _bound(q, sigma, steps, delta, upper, grid):
-  """One side of the general engine's ε interval (half the cost of both)."""
-  from jaxdp import pld_general  # pylint: disable=g-import-not-at-top
-  return float(pld_general.epsilon_side(poisson_phases(q, sigma, steps), delta, upper=upper,
-                                        rtol=grid))
-
-
-def _interval(q, sigma, steps, delta, grid):
-  """(lower, upper): both sides, with the engine's lower <= upper guard."""
-  from jaxdp import pld_general  # pylint: disable=g-import-not-at-top
-  lo, up = pld_general.epsilon(poisson_phases(q, sigma, steps), delta, rtol=grid,
-                               return_bounds=True)
-  return float(lo), float(up)
-
-
 def _g(eps, target):
   """The secant's coordinate log(ε / target) (finite for ε, target >= 0)."""
   return math.log(max(eps, 1e-300) / max(target, 1e-300))
 
 
-def _certified_lower(q, steps, delta, target, x_start, tolx, grid):
-  """Largest σ tried below e^x_start whose certified PLD lower bound on ε
-  exceeds the target (then no σ at or below it can meet the target); 0.0
-  when none of the tries is."""
+class _Evaluator:
+  """The general engine's bounds at y, for one unknown and one δ."""
+
+  def __init__(self, unknown, delta, grid_rtol):
+    self.u, self.delta, self.grid = unknown, delta, grid_rtol
+
+  def upper(self, y, grid=None):
+    from jaxdp import pld_general  # pylint: disable=g-import-not-at-top
+    return float(pld_general.epsilon_side(self.u.phases(self.u.value(y)), self.delta,
+                                          upper=True, rtol=grid or self.grid))
+
+  def lower(self, y):
+    from jaxdp import pld_general  # pylint: disable=g-import-not-at-top
+    return float(pld_general.epsilon_side(self.u.phases(self.u.value(y)), self.delta,
+                                          upper=False, rtol=self.grid))
+
+  def interval(self, y):
+    """(lower, upper): both sides, with the engine's lower <= upper guard."""
+    from jaxdp import pld_general  # pylint: disable=g-import-not-at-top
+    lo, up = pld_general.epsilon(self.u.phases(self.u.value(y)), self.delta, rtol=self.grid,
+                                 return_bounds=True)
+    return float(lo), float(up)
+
+
+def _certified_end(ev, target, y_start, tolx):
+  """Largest y tried below ``y_start`` whose certified PLD lower bound on ε
+  exceeds the target (then no y at or below it meets the target), or None."""
   step = max(2 * tolx, 1e-3)
   for _ in range(6):
-    s = float(np.exp(x_start - step))
-    if _bound(q, s, steps, delta, False, grid) > target:
-      return s
+    y = ev.u.y(ev.u.value(max(y_start - step, ev.u.y_lo)))
+    if y < y_start and ev.lower(y) > target:
+      return y
+    if y <= ev.u.y_lo:
+      return None
     step *= 4
-  return 0.0
+  return None
+
+
+def _snap(u, p, yi, yf):
+  """The evaluable point nearest ``p`` strictly inside (yi, yf), or None."""
+  y = u.y(u.value(p))
+  if yi is not None and y <= yi or y >= yf:
+    if not u.integer:
+      return None
+    v_f = u.value(yf)
+    v_i = u.value(yi) if yi is not None else _MAX_STEPS + 1
+    inside = [v for v in (round(u.value(p)), v_f + 1, v_i - 1) if v_f < v < v_i]
+    return u.y(inside[0]) if inside else None
+  return y
+
+
+def _solve(u, target, delta, y_feas, slope, rtol, grid_rtol):
+  """Smallest feasible y (to rtol), from the feasible start ``y_feas``.
+
+  Returns (y_feasible, y_certified or None, closed).
+  """
+  ev = _Evaluator(u, delta, grid_rtol)
+  tolx = -math.log1p(-rtol)
+  slope = slope if (math.isfinite(slope) and slope < -1e-3) else -1.0
+  yf = y_feas
+
+  # Coarse secant steps toward the root (they do not move the bracket).
+  y, last = yf, None
+  for _ in range(_MAX_COARSE):
+    e = ev.upper(y, _COARSE_GRID)
+    if math.isinf(e):         # δ not certifiable this far: back off
+      y = 0.5 * (y + yf)
+      continue
+    g = _g(e, target)
+    if last is not None and abs(y - last[0]) > 1e-9:
+      s = (g - last[1]) / (y - last[0])
+      slope = s if s < -1e-3 else slope
+    last = (y, g)
+    if abs(g) < _SWITCH:
+      break
+    y = min(max(y - g / slope, u.y_lo), yf)
+  root = yf if last is None else min(max(last[0] - last[1] / slope, u.y_lo), yf)
+
+  # Fine probes (the grid jaxdp epsilon uses): only these move the bracket.
+  yi, last, certified = None, None, None
+  for k in range(_MAX_FINE):
+    if yi is not None and yf - yi <= tolx:
+      break
+    a = u.y_lo if yi is None else yi
+    if k < _SECANT_FINE and a < root < yf:
+      below = yi is None or yf - root <= 0.45 * tolx * 1.01
+      p = root - 0.45 * tolx if below else root + 0.45 * tolx
+      if yi is not None:   # strictly inside the bracket
+        p = min(max(p, yi + 0.01 * (yf - yi)), yf - 0.01 * (yf - yi))
+      p = min(p, yf - 0.01 * tolx)
+    else:   # bisection, or a widening step down while no infeasible end is known
+      below = True
+      p = 0.5 * (a + yf) if yi is not None else max(yf - 8 * tolx * 4.0**k, u.y_lo)
+    p = _snap(u, p, yi, yf)
+    if p is None:          # no evaluable point left inside the bracket
+      break
+    if below:   # expected infeasible: its lower bound may certify an end
+      e_lo, e = ev.interval(p)
+    else:
+      e_lo, e = 0.0, ev.upper(p)
+    if e <= target:
+      yf = p
+    else:
+      yi = p
+      if e_lo > target:
+        certified = p if certified is None else max(certified, p)
+    if math.isfinite(e):
+      g = _g(e, target)
+      if last is not None and abs(p - last[0]) > 0.2 * tolx:
+        sl = (g - last[1]) / (p - last[0])
+        slope = sl if sl < -1e-3 else slope
+      last = (p, g)
+      root = p - g / slope
+    if yi is None and p <= u.y_lo:
+      break                # feasible down to the end of the range
+  closed = (yi is not None and (yf - yi <= tolx or _snap(u, 0.5 * (yi + yf), yi, yf) is None)
+            or yf <= u.y_lo)
+  if not closed:
+    warnings.warn(f"tight calibration: the bracket did not close to rtol {rtol:g}; the answer "
+                  "meets the target but may be looser.", RuntimeWarning, stacklevel=3)
+  if certified is None and yf > u.y_lo:
+    certified = _certified_end(ev, target, yf if yi is None else yi, tolx)
+  if certified is not None and not certified < yf:
+    raise AssertionError(f"tight calibration: certified end {certified!r} not below the answer "
+                         f"{yf!r}; this is a jaxdp bug.")
+  return yf, certified
+
+
+def _rdp_slope(q, sigma, steps, delta, dq=1.0, ds=1.0, dt=1.0):
+  """d log ε_RDP between the configuration and one scaled by (dq, ds, dt) (host)."""
+  from jaxdp import _calibrate_boundary  # pylint: disable=g-import-not-at-top
+  e0, e1 = _calibrate_boundary._host_epsilon(  # pylint: disable=protected-access
+      np.array([q, min(q * dq, 1.0)]), np.array([sigma, sigma * ds]),
+      np.array([steps, steps * dt]), np.full(2, delta))
+  return _g(e1, 1.0) - _g(e0, 1.0)
+
+
+def _validate(target_epsilon, delta, rtol, grid_rtol, **named):
+  nx.check_array("target_epsilon", target_epsilon, low=0.0)
+  nx.check_array("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+  nx.check_array("rtol", rtol, low=0.0, high=0.1, low_open=True)
+  nx.check_array("grid_rtol", grid_rtol, low=0.0, high=0.1, low_open=True)
+  for name, value in named.items():
+    if name == "q":
+      nx.check_array("q", value, low=0.0, high=1.0)
+    elif name == "sigma":
+      nx.check_array("sigma", value, low=0.0, low_open=True)
+    else:
+      nx.check_array("steps", value, low=0.0, integer=True)
+  return tuple(float(np.asarray(a, np.float64)) for a in (target_epsilon, delta))
+
+
+def _quiet(fn, *args):
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    return float(fn(*args))
 
 
 def tight_sigma(target_epsilon, delta, q, steps, *, rtol=1e-3, grid_rtol=1e-3):
@@ -117,107 +260,103 @@ def tight_sigma(target_epsilon, delta, q, steps, *, rtol=1e-3, grid_rtol=1e-3):
       rtol; 1e-3 is what ``jaxdp epsilon`` uses).
 
   Returns:
-    A :class:`TightSigma`. A :class:`RuntimeWarning` says when the bracket did
-    not close to ``rtol`` (the answer is then sound but looser).
+    A :class:`TightAnswer`: σ (``inf`` when even σ = 1e7 fails), a certified
+    lower end on the exact smallest σ, and the RDP σ. A
+    :class:`RuntimeWarning` says when the bracket did not close to ``rtol``.
 
   Raises:
     ValueError: naming the argument and value when an input is invalid.
   """
-  from jaxdp import _calibrate_boundary, calibrate  # pylint: disable=g-import-not-at-top
-  nx.check_array("target_epsilon", target_epsilon, low=0.0)
-  nx.check_array("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-  nx.check_array("q", q, low=0.0, high=1.0)
-  nx.check_array("steps", steps, low=0.0, integer=True)
-  nx.check_array("rtol", rtol, low=0.0, high=0.1, low_open=True)
-  nx.check_array("grid_rtol", grid_rtol, low=0.0, high=0.1, low_open=True)
-  target, delta, q, steps = (float(np.asarray(a, np.float64))
-                             for a in (target_epsilon, delta, q, steps))
+  from jaxdp import calibrate  # pylint: disable=g-import-not-at-top
+  target, delta = _validate(target_epsilon, delta, rtol, grid_rtol, q=q, steps=steps)
+  q, steps = float(q), float(steps)
   if q == 0.0 or steps == 0.0:
-    return TightSigma(0.0, 0.0, 0.0)
-  if math.isinf(target):
-    return TightSigma(calibrate.SIGMA_RANGE[0], 0.0, float(calibrate.sigma(target, delta, q, steps)))
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore", RuntimeWarning)
-    sigma_rdp = float(calibrate.sigma(target, delta, q, steps))
-  lo_x, hi_x = (math.log(s) for s in calibrate.SIGMA_RANGE)
-  tolx = -math.log1p(-rtol)
-
-  def upper(x, grid):
-    return _bound(q, float(np.exp(x)), steps, delta, True, grid)
-
-  # The feasible end: sigma_rdp (the reported minimum is <= target there).
-  if math.isfinite(sigma_rdp):
-    xf, sf = math.log(sigma_rdp), sigma_rdp
-    # the RDP bound's slope at sigma_rdp: the first secant slope (host, no compile)
-    e_mid, e_side = _calibrate_boundary._host_epsilon(  # pylint: disable=protected-access
-        np.full(2, q), sigma_rdp * np.exp([0.0, 0.02]), np.full(2, steps), np.full(2, delta))
-    slope = (_g(e_side, 1.0) - _g(e_mid, 1.0)) / 0.02
+    return TightAnswer(0.0, 0.0, 0.0)
+  s_rdp = _quiet(calibrate.sigma, target, delta, q, steps)
+  lo, hi = (math.log(s) for s in calibrate.SIGMA_RANGE)
+  u = _Unknown(lo, hi, math.exp, math.log, lambda s: poisson_phases(q, s, steps))
+  if math.isfinite(s_rdp):
+    y0, slope = math.log(s_rdp), _rdp_slope(q, s_rdp, steps, delta, ds=math.exp(0.02)) / 0.02
   else:
-    xf, sf = hi_x, calibrate.SIGMA_RANGE[1]
-    if upper(xf, grid_rtol) > target:
-      return TightSigma(math.inf, _certified_lower(q, steps, delta, target, xf, tolx, grid_rtol),
-                        math.inf)
-    slope = -1.0
-  slope = slope if (math.isfinite(slope) and slope < -1e-3) else -1.0
+    y0, slope = hi, -1.0
+    if _Evaluator(u, delta, grid_rtol).upper(hi) > target:
+      c = _certified_end(_Evaluator(u, delta, grid_rtol), target, hi, -math.log1p(-rtol))
+      return TightAnswer(math.inf, 0.0 if c is None else math.exp(c), math.inf)
+  yf, c = _solve(u, target, delta, y0, slope, rtol, grid_rtol)
+  return TightAnswer(math.exp(yf), 0.0 if c is None else math.exp(c), s_rdp)
 
-  # Coarse secant steps toward the root (they do not move the bracket).
-  x, last = xf, None
-  for _ in range(_MAX_COARSE):
-    e = upper(x, _COARSE_GRID)
-    if math.isinf(e):         # δ not certifiable this far down: back off
-      x = 0.5 * (x + xf)
-      continue
-    g = _g(e, target)
-    if last is not None and abs(x - last[0]) > 1e-9:
-      s = (g - last[1]) / (x - last[0])
-      slope = s if s < -1e-3 else slope
-    last = (x, g)
-    if abs(g) < _SWITCH:
-      break
-    x = min(max(x - g / slope, lo_x), xf)
-  root = xf if last is None else min(max(last[0] - last[1] / slope, lo_x), xf)
 
-  # Fine probes (the grid jaxdp epsilon uses): only these move the bracket.
-  xi, last, lower_at = None, None, 0.0
-  for k in range(_MAX_FINE):
-    if xi is not None and xf - xi <= tolx:
-      break
-    a = lo_x if xi is None else xi
-    if k < _SECANT_FINE and a < root < xf:
-      below = xi is None or xf - root <= 0.45 * tolx * 1.01
-      p = root - 0.45 * tolx if below else root + 0.45 * tolx
-      if xi is not None:   # strictly inside the bracket
-        p = min(max(p, xi + 0.01 * (xf - xi)), xf - 0.01 * (xf - xi))
-      p = min(p, xf - 0.01 * tolx)
-    else:   # bisection, or a widening step down while no infeasible end is known
-      below = True
-      p = 0.5 * (a + xf) if xi is not None else max(xf - 8 * tolx * 4.0**k, lo_x)
-    s = float(np.exp(p))
-    if below:   # expected infeasible: its lower bound may certify sigma_lower
-      e_lo, e = _interval(q, s, steps, delta, grid_rtol)
-    else:
-      e_lo, e = 0.0, upper(p, grid_rtol)
-    if e <= target:
-      xf, sf = p, s
-    else:
-      xi = p
-      if e_lo > target:
-        lower_at = max(lower_at, s)
-    if math.isfinite(e):
-      g = _g(e, target)
-      if last is not None and abs(p - last[0]) > 0.2 * tolx:
-        sl = (g - last[1]) / (p - last[0])
-        slope = sl if sl < -1e-3 else slope
-      last = (p, g)
-      root = p - g / slope
-  if xi is None or xf - xi > tolx:
-    warnings.warn(f"tight sigma: the bracket closed only to a relative width "
-                  f"{-math.expm1(-(xf - (lo_x if xi is None else xi))):.3g} (rtol {rtol:g}); "
-                  "the answer meets the target but may be looser.", RuntimeWarning, stacklevel=2)
-  if lower_at == 0.0:
-    lower_at = _certified_lower(q, steps, delta, target, xf if xi is None else xi, tolx,
-                                grid_rtol)
-  if not lower_at <= sf:
-    raise AssertionError(f"tight_sigma: certified lower end {lower_at!r} above sigma {sf!r}; "
-                         "this is a jaxdp bug.")
-  return TightSigma(sf, lower_at, sigma_rdp)
+def tight_steps(target_epsilon, delta, q, sigma, *, rtol=1e-3, grid_rtol=1e-3):
+  """Largest number of steps whose tight ε (as ``jaxdp epsilon`` reports it)
+  meets a target (to rtol; adjacent integers below 1/rtol steps).
+
+  Args:
+    target_epsilon, delta, rtol, grid_rtol: as in :func:`tight_sigma`.
+    q: sampling rate in [0, 1].
+    sigma: noise multiplier > 0.
+
+  Returns:
+    A :class:`TightAnswer`: steps (``inf`` where every number of steps fits:
+    q = 0, or the RDP bound stays within the target), a certified upper end on
+    the exact largest number of steps, and the RDP answer.
+
+  Raises:
+    ValueError: naming the argument and value when an input is invalid.
+  """
+  from jaxdp import calibrate  # pylint: disable=g-import-not-at-top
+  target, delta = _validate(target_epsilon, delta, rtol, grid_rtol, q=q, sigma=sigma)
+  q, sigma = float(q), float(sigma)
+  t_rdp = _quiet(calibrate.steps, target, delta, q, sigma)
+  if math.isinf(t_rdp):
+    return TightAnswer(math.inf, math.inf, math.inf)
+  hi = -math.log(_MAX_STEPS)
+  u = _Unknown(hi, 0.0, lambda y: float(min(max(round(math.exp(-y)), 1), _MAX_STEPS)),
+               lambda t: -math.log(t), lambda t: poisson_phases(q, sigma, t), integer=True)
+  ev = _Evaluator(u, delta, grid_rtol)
+  if t_rdp == 0.0 and ev.upper(0.0) > target:   # not even one step
+    return TightAnswer(0.0, 0.0 if ev.lower(0.0) > target else math.inf, 0.0)
+  t0 = max(t_rdp, 1.0)
+  slope = -_rdp_slope(q, sigma, t0, delta, dt=math.exp(0.02)) / 0.02
+  yf, c = _solve(u, target, delta, -math.log(t0), slope, rtol, grid_rtol)
+  bound = math.inf if c is None else u.value(c) - 1.0
+  return TightAnswer(u.value(yf), bound, t_rdp)
+
+
+def tight_sampling_rate(target_epsilon, delta, sigma, steps, *, rtol=1e-3, grid_rtol=1e-3):
+  """Largest sampling rate q <= 1 whose tight ε (as ``jaxdp epsilon`` reports
+  it) meets a target.
+
+  Args:
+    target_epsilon, delta, rtol, grid_rtol: as in :func:`tight_sigma`.
+    sigma: noise multiplier > 0.
+    steps: number of steps (whole number >= 0).
+
+  Returns:
+    A :class:`TightAnswer`: q (0 where even q = 1e-12 overspends), a
+    certified upper end on the exact largest q, and the RDP answer.
+
+  Raises:
+    ValueError: naming the argument and value when an input is invalid.
+  """
+  from jaxdp import calibrate  # pylint: disable=g-import-not-at-top
+  target, delta = _validate(target_epsilon, delta, rtol, grid_rtol, sigma=sigma, steps=steps)
+  sigma, steps = float(sigma), float(steps)
+  if steps == 0.0:
+    return TightAnswer(1.0, 1.0, 1.0)
+  q_rdp = _quiet(calibrate.sampling_rate, target, delta, sigma, steps)
+  hi = -math.log(calibrate.MIN_SAMPLING_RATE)
+  u = _Unknown(0.0, hi, lambda y: min(math.exp(-y), 1.0), lambda q: -math.log(q),
+               lambda q: poisson_phases(q, sigma, steps))
+  ev = _Evaluator(u, delta, grid_rtol)
+  if q_rdp >= 1.0:
+    return TightAnswer(1.0, 1.0, q_rdp)
+  if q_rdp > 0.0:
+    y0 = -math.log(q_rdp)
+    slope = -_rdp_slope(q_rdp, sigma, steps, delta, dq=math.exp(0.02)) / 0.02
+  else:
+    if ev.upper(hi) > target:
+      c = _certified_end(ev, target, hi, -math.log1p(-rtol))
+      return TightAnswer(0.0, 1.0 if c is None else u.value(c), 0.0)
+    y0, slope = hi, -1.0
+  yf, c = _solve(u, target, delta, y0, slope, rtol, grid_rtol)
+  return TightAnswer(u.value(yf), 1.0 if c is None else u.value(c), q_rdp)

@@ -321,8 +321,13 @@ def steps(target_epsilon, delta, q, sigma, *, accountant: str = "rdp", orders=No
   if idx.size:
     with nx.x64():
       guess_orders = orders_full if accountant == "rdp" else np.asarray(_DEFAULT_CHEAP)
-      (per,) = _map_chunks(_per_step_fn(_orders_key(guess_orders)), [qq[idx], ss[idx]],
-                           [0.5, 1.0])
+      if idx.size <= _calibrate_boundary._SMALL:   # one question: no compilation
+        from jaxdp import _host_rdp  # pylint: disable=g-import-not-at-top
+        with np.errstate(all="ignore"):
+          per = _host_rdp.per_step_rdp(qq[idx], ss[idx], np.asarray(guess_orders))
+      else:
+        (per,) = _map_chunks(_per_step_fn(_orders_key(guess_orders)), [qq[idx], ss[idx]],
+                             [0.5, 1.0])
       guess = _closed_form_steps(per, guess_orders, t[idx], d[idx])
       acc = accountant
 

@@ -90,10 +90,9 @@ def _add_mechanism(p, *, sigma=True, q_steps=True):
                    help="neighbouring relation (fixed: default replace-one; others: default "
                    "add-remove; balls-in-bins: add-remove only)")
   p.add_argument("--accountant", choices=("rdp", "pld"), default=None,
-                 help="pld: privacy-loss distributions (tight; the default of epsilon and "
-                 "delta for Poisson sampling, printed with its certified interval and the "
-                 "RDP value); rdp: Renyi DP (the default of calibrate, of samplers and with "
-                 "--orders or --tuning)")
+                 help="pld: privacy-loss distributions (tight; the default for Poisson "
+                 "sampling, printed with its certified interval or end and the RDP value); "
+                 "rdp: Renyi DP (the default of samplers and with --orders or --tuning)")
   _add_orders(p)
 
 
@@ -261,10 +260,10 @@ def _default_accountant(args):
   epsilon and delta of Poisson sampling at a rate answer with the tight PLD
   value (certified interval and RDP value beside it): one question is
   answered by the general PLD engine and the host RDP path, with nothing to
-  compile (jaxdp._api.tight_one), ~1.5 s in a fresh process. calibrate
-  --solve sigma does the same (jaxdp._tight_calibrate: four PLD evaluations,
-  ~2.5 s). The RDP accountant stays the default of the other calibrations,
-  of samplers, and with --orders or --tuning (RDP notions).
+  compile (jaxdp._api.tight_one), ~1.5 s in a fresh process. calibrate does
+  the same (jaxdp._tight_calibrate: about four PLD evaluations, ~2.5 s for
+  σ). The RDP accountant stays the default of samplers, and with --orders or
+  --tuning (RDP notions).
   """
   if args.accountant is not None:
     return
@@ -273,9 +272,7 @@ def _default_accountant(args):
 
 def _tight_question(args) -> bool:
   """True for the questions the tight path answers: Poisson sampling at a
-  rate, epsilon/delta or calibrate --solve sigma, no RDP-only option."""
-  if args.command == "calibrate" and args.solve != "sigma":
-    return False
+  rate, epsilon, delta or calibrate, no RDP-only option."""
   return (args.command in ("epsilon", "delta", "calibrate") and args.sampler in (None, "poisson")
           and not _replace_one(args) and args.orders is None
           and getattr(args, "tuning", None) is None)
@@ -413,49 +410,48 @@ def _print_tradeoff(q, sigma, steps, fprs):
     print(f"fpr={_fmt(f)} tpr_upper={_fmt(up)} tpr_lower={_fmt(lo)}")
 
 
-def _print_tight_sigma(args, q, steps) -> int:
-  """The tight σ of one Poisson question: σ (min of the PLD and RDP bounds
-  meets the target, as `jaxdp epsilon` reports it), a certified lower end on
-  the exact smallest σ, and the RDP answer."""
-  from jaxdp import _tight_calibrate  # pylint: disable=g-import-not-at-top
-  rtol = 1e-3 if args.rtol is None else args.rtol
-  if args.orders is not None:
-    raise ValueError("--orders applies to --accountant rdp only.")
-  ans = _tight_calibrate.tight_sigma(args.target_epsilon, args.delta, q, steps, rtol=rtol)
-  print(f"sigma = {_fmt(ans.sigma)}")
-  print(f"sigma_lower = {_fmt(ans.sigma_lower)}")
-  print(f"sigma_rdp = {_fmt(ans.sigma_rdp)}")
-  if math.isinf(ans.sigma):
-    print(f"{_PROG}: the target cannot be met by any sigma <= 1e7 at this delta.",
-          file=sys.stderr)
-    return 1
-  return 0
+def _solve_one(args, smp, tight, name, plain, tight_fn, bound_name, *values, **kw):
+  """One calibration: the RDP/PLD answer (one line), or the tight one (the
+  value, its certified end ``bound_name`` and the RDP answer). Returns the value."""
+  if not tight:
+    value = plain(args.target_epsilon, args.delta, *values, **kw, **_acc(args))
+    print(f"{name} = {_fmt(value)}")
+    return float(value)
+  kw.pop("sampler", None)
+  ans = tight_fn(args.target_epsilon, args.delta, *values, **kw)
+  print(f"{name} = {_fmt(ans.value)}")
+  print(f"{name}_{bound_name} = {_fmt(ans.bound)}")
+  print(f"{name}_rdp = {_fmt(ans.rdp)}")
+  return ans.value
 
 
 def _cmd_calibrate(args) -> int:
+  """calibrate: tight by default for Poisson sampling at a rate
+  (:mod:`jaxdp._tight_calibrate`, default rtol 1e-3), else the accountant's
+  batched solver (rtol 1e-6)."""
+  from jaxdp import _tight_calibrate as tc  # pylint: disable=g-import-not-at-top
   from jaxdp import calibrate
   _default_accountant(args)
-  if (args.accountant == "pld" and args.solve == "sigma" and args.sampler in (None, "poisson")
-      and not _replace_one(args)):
-    q, steps = _resolve_q_steps(args)
-    return _print_tight_sigma(args, q, steps)
+  tight = (args.accountant == "pld" and args.sampler in (None, "poisson")
+           and not _replace_one(args))
+  if tight and args.orders is not None:
+    raise ValueError("--orders applies to --accountant rdp only.")
   if args.rtol is None:
-    args.rtol = 1e-6
+    args.rtol = 1e-3 if tight else 1e-6
+  if args.solve == "sampling-rate" and args.sampler not in (None, "poisson"):
+    if args.q is not None or args.batch_size is not None:
+      raise ValueError("--solve sampling-rate: do not give --q or --batch-size.")
+    # A template at batch size 1; the solver replaces the rate (capacity kept).
+    smp = _sampler(argparse.Namespace(**{**vars(args), "batch_size": 1}))
+  else:
+    smp = _sampler(args)
   with warnings.catch_warnings():
-    warnings.simplefilter("ignore", RuntimeWarning)
-    if args.solve == "sampling-rate" and args.sampler not in (None, "poisson"):
-      if args.q is not None or args.batch_size is not None:
-        raise ValueError("--solve sampling-rate: do not give --q or --batch-size.")
-      # A template at batch size 1; the solver replaces the rate (capacity kept).
-      smp = _sampler(argparse.Namespace(**{**vars(args), "batch_size": 1}))
-    else:
-      smp = _sampler(args)
+    if not tight:   # the batched solvers warn for unreachable targets; the exit status says it
+      warnings.simplefilter("ignore", RuntimeWarning)
     if args.solve == "sigma":
       q, steps = _resolve_q_steps(args)
-      q = q if smp is None else smp
-      value = calibrate.sigma(args.target_epsilon, args.delta, q, steps, rtol=args.rtol,
-                              **_acc(args))
-      print(f"sigma = {_fmt(value)}")
+      value = _solve_one(args, smp, tight, "sigma", calibrate.sigma, tc.tight_sigma, "lower",
+                         q if smp is None else smp, steps, rtol=args.rtol)
       if math.isinf(value):
         print(f"{_PROG}: the target cannot be met by any sigma <= "
               f"{calibrate.SIGMA_RANGE[1]:g} at this delta.", file=sys.stderr)
@@ -466,9 +462,9 @@ def _cmd_calibrate(args) -> int:
       if args.steps is not None or args.epochs is not None:
         raise ValueError("--solve steps: do not give --steps or --epochs.")
       q, _ = _resolve_q_steps(args, need_steps=False)
-      q = q if smp is None else smp
-      value = calibrate.steps(args.target_epsilon, args.delta, q, sigma, **_acc(args))
-      print(f"steps = {_fmt(value)}")
+      kw = dict(rtol=args.rtol) if tight else {}
+      value = _solve_one(args, smp, tight, "steps", calibrate.steps, tc.tight_steps, "upper",
+                         q if smp is None else smp, sigma, **kw)
       if args.dataset_size is not None and args.batch_size is not None and math.isfinite(value):
         print(f"epochs = {_fmt(value * args.batch_size / args.dataset_size)}")
       return 0
@@ -477,9 +473,8 @@ def _cmd_calibrate(args) -> int:
     steps = args.steps
     if steps is None:
       raise ValueError("missing --steps (epochs depend on the unknown batch size).")
-    value = calibrate.sampling_rate(args.target_epsilon, args.delta, sigma, steps,
-                                    rtol=args.rtol, sampler=smp, **_acc(args))
-    print(f"q = {_fmt(value)}")
+    value = _solve_one(args, smp, tight, "q", calibrate.sampling_rate, tc.tight_sampling_rate,
+                       "upper", sigma, steps, rtol=args.rtol, sampler=smp)
     if smp is not None and args.sampler not in (None, "poisson", "truncated-poisson"):
       print(f"batch_size = {round(value * smp.dataset_size)}")
     elif args.dataset_size is not None:

@@ -258,7 +258,7 @@ def test_calibrate_default_is_tight_with_lower_end_and_rdp(capsys):
   assert list(lines) == ["sigma", "sigma_lower", "sigma_rdp"]
   ans = _tight_calibrate.tight_sigma(2.0, 1e-5, 0.01, 300)
   assert tuple(float(v) for v in lines.values()) == ans
-  assert ans.sigma_rdp == float(calibrate.sigma(2, 1e-5, 0.01, 300))
+  assert ans.rdp == float(calibrate.sigma(2, 1e-5, 0.01, 300))
   code, out2, _ = run(capsys, *argv, "--accountant", "pld")
   assert code == 0 and out2 == out
   code, out, _ = run(capsys, *argv, "--accountant", "rdp")
@@ -266,11 +266,25 @@ def test_calibrate_default_is_tight_with_lower_end_and_rdp(capsys):
   code, out, _ = run(capsys, *argv, "--rtol", "1e-2")
   assert code == 0
   coarse = float(out.split("\n")[0].split(" = ")[1])
-  assert ans.sigma <= coarse <= ans.sigma * 1.011
+  assert ans.value <= coarse <= ans.value * 1.011
 
 
-def test_calibrate_other_unknowns_stay_rdp(capsys):
+def test_calibrate_steps_and_rate_default_to_tight(capsys):
+  from jaxdp import _tight_calibrate
   code, out, _ = run(capsys, "calibrate", "--solve", "steps", "--target-epsilon", "2",
                      "--delta", "1e-5", "--q", "0.01", "--sigma", "1.0")
+  lines = dict(line.split(" = ") for line in out.strip().splitlines())
+  assert code == 0 and list(lines) == ["steps", "steps_upper", "steps_rdp"]
+  assert tuple(float(v) for v in lines.values()) == _tight_calibrate.tight_steps(2, 1e-5, 0.01, 1.0)
+  code, out, _ = run(capsys, "calibrate", "--solve", "sampling-rate", "--target-epsilon", "2",
+                     "--delta", "1e-5", "--sigma", "1.0", "--steps", "1000",
+                     "--dataset-size", "60000")
+  lines = dict(line.split(" = ") for line in out.strip().splitlines())
+  assert code == 0 and list(lines) == ["q", "q_upper", "q_rdp", "batch_size"]
+  ans = _tight_calibrate.tight_sampling_rate(2, 1e-5, 1.0, 1000)
+  assert (float(lines["q"]), float(lines["q_upper"]), float(lines["q_rdp"])) == ans
+  assert int(lines["batch_size"]) == int(np.floor(ans.value * 60000 + 1e-9))
+  code, out, _ = run(capsys, "calibrate", "--solve", "steps", "--target-epsilon", "2",
+                     "--delta", "1e-5", "--q", "0.01", "--sigma", "1.0", "--accountant", "rdp")
   assert code == 0
   assert out.strip() == f"steps = {int(calibrate.steps(2, 1e-5, 0.01, 1.0))}"

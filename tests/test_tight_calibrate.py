@@ -1,4 +1,4 @@
-"""The tight σ for one question (jaxdp._tight_calibrate, `jaxdp calibrate`).
+"""The tight calibration of one question (jaxdp._tight_calibrate, `jaxdp calibrate`).
 
 Independent references: the Gaussian mechanism's exact privacy profile in
 mpmath (q = 1 composes exactly: T steps at σ are one step at σ/√T), the
@@ -46,12 +46,12 @@ CASES = [  # target ε, δ, q, steps
 @pytest.mark.parametrize("target,delta,q,steps", CASES)
 def test_answer_meets_the_target_as_jaxdp_epsilon_reports_it(target, delta, q, steps):
   ans = _tight_calibrate.tight_sigma(target, delta, q, steps)
-  assert 0 < ans.sigma_lower <= ans.sigma <= ans.sigma_rdp
-  assert _reported(q, ans.sigma, steps, delta) <= target
+  assert 0 < ans.bound < ans.value <= ans.rdp
+  assert _reported(q, ans.value, steps, delta) <= target
   # tight: a σ 2·rtol lower fails (the bracket's infeasible end is within rtol)
-  assert _reported(q, ans.sigma * (1 - 2e-3), steps, delta) > target
+  assert _reported(q, ans.value * (1 - 2e-3), steps, delta) > target
   # the RDP answer is the RDP calibration itself
-  assert ans.sigma_rdp == float(calibrate.sigma(target, delta, q, steps))
+  assert ans.rdp == float(calibrate.sigma(target, delta, q, steps))
 
 
 @pytest.mark.parametrize("target,delta,steps", [(3.0, 1e-5, 1), (1.0, 1e-6, 100),
@@ -60,9 +60,9 @@ def test_interval_contains_the_exact_sigma_for_the_gaussian(target, delta, steps
   """q = 1: the composition is one Gaussian step at σ/√T, whose δ(ε) is a closed
   form. The exact smallest σ* (δ(target) = δ) lies in [sigma_lower, sigma]."""
   ans = _tight_calibrate.tight_sigma(target, delta, 1.0, steps)
-  assert _gaussian_delta(target, math.sqrt(steps) / ans.sigma) <= delta
-  assert _gaussian_delta(target, math.sqrt(steps) / ans.sigma_lower) > delta
-  assert ans.sigma / ans.sigma_lower - 1 < 2e-3
+  assert _gaussian_delta(target, math.sqrt(steps) / ans.value) <= delta
+  assert _gaussian_delta(target, math.sqrt(steps) / ans.bound) > delta
+  assert ans.value / ans.bound - 1 < 2e-3
 
 
 @pytest.mark.parametrize("target,delta,q", [(2.0, 1e-5, 0.05), (0.8, 1e-7, 0.3)])
@@ -72,8 +72,8 @@ def test_sigma_lower_is_certified_against_the_exact_one_step_profile(target, del
   below it meets the target), at sigma it does not in either."""
   ans = _tight_calibrate.tight_sigma(target, delta, q, 1)
   at = lambda s: max(float(ref_sampled_gaussian_delta(target, q, s, d)) for d in ("remove", "add"))
-  assert at(ans.sigma) <= delta
-  assert at(ans.sigma_lower) > delta
+  assert at(ans.value) <= delta
+  assert at(ans.bound) > delta
 
 
 def test_close_to_dp_accounting_pld_calibration():
@@ -85,19 +85,28 @@ def test_close_to_dp_accounting_pld_calibration():
   ref = dpa.calibrate_dp_mechanism(pld_privacy_accountant.PLDAccountant, event, target, delta,
                                    dpa.LowerEndpointAndGuess(0.5, 1.0), tol=1e-4)
   ans = _tight_calibrate.tight_sigma(target, delta, q, steps)
-  assert ans.sigma == pytest.approx(ref, rel=5e-3)
+  assert ans.value == pytest.approx(ref, rel=5e-3)
   # dp_accounting's pessimistic PLD is an upper bound: its σ is >= the exact one
-  assert ans.sigma_lower <= ref + 1e-4
+  assert ans.bound <= ref + 1e-4
 
 
 def test_edges():
-  assert _tight_calibrate.tight_sigma(1.0, 1e-5, 0.0, 100) == (0.0, 0.0, 0.0)
-  assert _tight_calibrate.tight_sigma(1.0, 1e-5, 0.1, 0) == (0.0, 0.0, 0.0)
+  tc = _tight_calibrate
+  assert tc.tight_sigma(1.0, 1e-5, 0.0, 100) == (0.0, 0.0, 0.0)
+  assert tc.tight_sigma(1.0, 1e-5, 0.1, 0) == (0.0, 0.0, 0.0)
+  assert tc.tight_steps(1.0, 1e-5, 0.0, 1.0) == (np.inf, np.inf, np.inf)
+  assert tc.tight_sampling_rate(1.0, 1e-5, 1.0, 0) == (1.0, 1.0, 1.0)
+  # q = 1 fits: RDP already says so
+  assert tc.tight_sampling_rate(50.0, 1e-5, 2.0, 10).value == 1.0
+  # not even one full-batch step at σ = 0.3, ε = 0.1: 0 steps, certified
+  ans = tc.tight_steps(0.1, 1e-5, 1.0, 0.3)
+  assert ans.value == 0.0 and ans.bound == 0.0
+  assert _gaussian_delta(0.1, 1 / 0.3) > 1e-5
   # unreachable even at σ = 1e7 (T = 1e6 full-batch steps, ε = 1e-9): inf
   ans = _tight_calibrate.tight_sigma(1e-9, 1e-12, 1.0, 10**6)
-  assert math.isinf(ans.sigma) and math.isinf(ans.sigma_rdp)
-  assert 0 < ans.sigma_lower < np.inf
-  assert _gaussian_delta(1e-9, 1e3 / ans.sigma_lower) > 1e-12
+  assert math.isinf(ans.value) and math.isinf(ans.rdp)
+  assert 0 < ans.bound < np.inf
+  assert _gaussian_delta(1e-9, 1e3 / ans.bound) > 1e-12
 
 
 @pytest.mark.parametrize("kwargs,needle", [
@@ -123,7 +132,7 @@ def test_compiles_nothing():
     ans = _tight_calibrate.tight_sigma(2.5, 1e-6, 0.0123, 4321)
   finally:
     monitoring.unregister_event_duration_listener(listener)
-  assert compiles == [] and np.isfinite(ans.sigma)
+  assert compiles == [] and np.isfinite(ans.value)
 
 
 def test_one_side_equals_the_interval_and_threads_change_nothing(monkeypatch):
@@ -135,3 +144,50 @@ def test_one_side_equals_the_interval_and_threads_change_nothing(monkeypatch):
   assert pld_general.epsilon_side(phases, 1e-6, upper=False) == lo
   monkeypatch.setattr(os, "cpu_count", lambda: 1)
   assert pld_general.epsilon(phases, 1e-6, return_bounds=True) == (lo, up)
+
+
+STEP_CASES = [  # target ε, δ, q, σ
+    (3.0, 1e-5, 0.0042667, 1.1),
+    (1.0, 1e-6, 0.05, 2.0),
+    (0.5, 1e-5, 1.0, 20.0),             # full batch: few steps, adjacent integers
+    pytest.param(8.0, 1e-8, 1e-3, 0.6, marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("target,delta,q,sigma", STEP_CASES)
+def test_steps_meet_the_target_and_are_tight(target, delta, q, sigma):
+  ans = _tight_calibrate.tight_steps(target, delta, q, sigma)
+  assert ans.rdp <= ans.value <= ans.bound < np.inf
+  assert _reported(q, sigma, ans.value, delta) <= target
+  beyond = math.floor(ans.value * (1 + 2e-3)) + 1
+  assert _reported(q, sigma, beyond, delta) > target
+  assert ans.rdp == float(calibrate.steps(target, delta, q, sigma))
+
+
+def test_steps_interval_contains_the_exact_answer_for_the_gaussian():
+  """q = 1: T steps at σ are one Gaussian step at σ/√T (closed form)."""
+  target, delta, sigma = 1.0, 1e-6, 30.0
+  ans = _tight_calibrate.tight_steps(target, delta, 1.0, sigma)
+  assert _gaussian_delta(target, math.sqrt(ans.value) / sigma) <= delta
+  assert _gaussian_delta(target, math.sqrt(ans.bound + 1) / sigma) > delta
+  assert ans.bound - ans.value <= max(1.0, 2e-3 * ans.value)
+
+
+@pytest.mark.parametrize("target,delta,sigma,steps", [
+    (3.0, 1e-5, 1.1, 14062), (2.0, 1e-6, 0.8, 500),
+    pytest.param(0.3, 1e-10, 3.0, 10**5, marks=pytest.mark.slow)])
+def test_sampling_rate_meets_the_target_and_is_tight(target, delta, sigma, steps):
+  ans = _tight_calibrate.tight_sampling_rate(target, delta, sigma, steps)
+  assert ans.rdp <= ans.value < ans.bound <= 1.0
+  assert _reported(ans.value, sigma, steps, delta) <= target
+  assert _reported(min(ans.value * (1 + 2e-3), 1.0), sigma, steps, delta) > target
+  assert ans.rdp == float(calibrate.sampling_rate(target, delta, sigma, steps))
+
+
+def test_sampling_rate_upper_end_is_certified_against_the_exact_one_step_profile():
+  target, delta, sigma = 1.0, 1e-6, 1.0
+  ans = _tight_calibrate.tight_sampling_rate(target, delta, sigma, 1)
+  at = lambda q: max(float(ref_sampled_gaussian_delta(target, q, sigma, d))
+                     for d in ("remove", "add"))
+  assert at(ans.value) <= delta
+  assert at(ans.bound) > delta
