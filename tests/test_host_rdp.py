@@ -155,3 +155,17 @@ def test_tight_one_is_sound_at_the_edges(q, sigma, steps, delta):
   assert np.isfinite(value) and 0 <= lo <= value <= rdp_up
   for direction in ("remove", "add"):
     assert float(ref_sampled_gaussian_delta(value, q, sigma, direction)) <= delta * (1 + 1e-9)
+
+
+def test_steps_guess_on_the_host_gives_the_compiled_answers():
+  """calibrate.steps on a few configurations takes its closed-form guess from
+  host per-step RDP; the (exactly verified) answers equal the batched path's."""
+  rng = np.random.default_rng(5)
+  n = 12
+  t = rng.uniform(0.3, 10, n)
+  q = 10 ** rng.uniform(-4, 0, n)
+  s = rng.uniform(0.3, 5, n)
+  d = 10 ** rng.uniform(-10, -3, n)
+  few = calibrate.steps(t, d, q, s)   # n <= 16: host guess
+  many = calibrate.steps(*(np.tile(a, 2) for a in (t, d, q, s)))[:n]   # compiled guess
+  np.testing.assert_array_equal(few, many)
