@@ -110,10 +110,11 @@ class _Evaluator:
     return float(lo), float(up)
 
 
-def _certified_end(ev, target, y_start, tolx):
+def _certified_end(ev, target, y_start, tolx, hint=None):
   """Largest y tried below ``y_start`` whose certified PLD lower bound on ε
-  exceeds the target (then no y at or below it meets the target), or None."""
-  step = max(2 * tolx, 1e-3)
+  exceeds the target (then no y at or below it meets the target), or None.
+  ``hint``: a first y to try (from a known interval and slope)."""
+  step = max(2 * tolx, 1e-3, 0.0 if hint is None else y_start - hint)
   for _ in range(6):
     y = ev.u.y(ev.u.value(max(y_start - step, ev.u.y_lo)))
     if y < y_start and ev.lower(y) > target:
@@ -137,55 +138,119 @@ def _snap(u, p, yi, yf):
   return y
 
 
+class _Bracket:
+  """Sign-change bracket of g (non-increasing in y) with Illinois false position.
+
+  ``a`` is the largest y seen with g > 0, ``b`` the smallest with g <= 0."""
+
+  def __init__(self, b, gb):
+    self.a = self.ga = None
+    self.b, self.gb = b, gb
+    self.kept = None    # which end the last update kept ("a" or "b")
+
+  def add(self, y, g):
+    if g > 0:
+      if self.a is None or y > self.a:
+        self.a, self.ga = y, g
+      if self.kept == "b":
+        self.gb *= 0.5      # Illinois: the end kept twice has its g halved
+      self.kept = "b"
+    else:
+      if y < self.b:
+        self.b, self.gb = y, g
+      if self.kept == "a" and self.ga is not None:
+        self.ga *= 0.5
+      self.kept = "a"
+
+  def false_position(self):
+    if self.a is None or not math.isfinite(self.ga) or not math.isfinite(self.gb):
+      return None
+    return self.a + (self.b - self.a) * self.ga / (self.ga - self.gb)
+
+
 def _solve(u, target, delta, y_feas, slope, rtol, grid_rtol):
   """Smallest feasible y (to rtol), from the feasible start ``y_feas``.
 
-  Returns (y_feasible, y_certified or None, closed).
+  Returns (y_feasible, y_certified or None).
   """
   ev = _Evaluator(u, delta, grid_rtol)
   tolx = -math.log1p(-rtol)
   slope = slope if (math.isfinite(slope) and slope < -1e-3) else -1.0
   yf = y_feas
+  g_inf = 50.0          # g of an infinite ε (δ not certifiable there)
 
-  # Coarse secant steps toward the root (they do not move the bracket).
-  y, last = yf, None
+  # Coarse phase: secant steps, then Illinois false position once g changes
+  # sign (they do not move the answer's bracket; a coarse grid only steers).
+  y = yf
+  br, last = None, None
   for _ in range(_MAX_COARSE):
     e = ev.upper(y, _COARSE_GRID)
-    if math.isinf(e):         # δ not certifiable this far: back off
-      y = 0.5 * (y + yf)
-      continue
-    g = _g(e, target)
-    if last is not None and abs(y - last[0]) > 1e-9:
+    g = _g(e, target) if math.isfinite(e) else g_inf
+    if br is None:
+      br = _Bracket(y, g) if g <= 0 else None
+      if br is None:       # the PLD is no tighter than RDP here: the answer is at the start
+        break
+    else:
+      br.add(y, g)
+    if last is not None and math.isfinite(e) and abs(y - last[0]) > 1e-9:
       s = (g - last[1]) / (y - last[0])
       slope = s if s < -1e-3 else slope
-    last = (y, g)
+    if math.isfinite(e):
+      last = (y, g)
     if abs(g) < _SWITCH:
       break
-    y = min(max(y - g / slope, u.y_lo), yf)
-  root = yf if last is None else min(max(last[0] - last[1] / slope, u.y_lo), yf)
+    nxt = br.false_position()
+    if nxt is None:       # no sign change yet: a secant step down
+      nxt = max(br.b - br.gb / slope, u.y_lo)
+      if nxt >= br.b - 1e-12:
+        break
+    y = nxt
+  if last is None or br is None:
+    root = yf
+  else:
+    root = last[0] - last[1] / slope
+    fp = br.false_position()
+    if br.a is not None and not br.a < root < br.b and fp is not None:
+      root = fp
+    root = min(max(root, u.y_lo), yf)
 
-  # Fine probes (the grid jaxdp epsilon uses): only these move the bracket.
-  yi, last, certified = None, None, None
+  # Fine phase (the grid jaxdp epsilon uses): only these probes move the
+  # answer's bracket (yi, yf). Probes steered e^{±0.45·rtol} around the
+  # secant root; Illinois false position (or halving) when that fails.
+  yi, last, certified, seen = None, None, None, None
+  fine = None
   for k in range(_MAX_FINE):
     if yi is not None and yf - yi <= tolx:
       break
     a = u.y_lo if yi is None else yi
-    if k < _SECANT_FINE and a < root < yf:
+    steer = k < _SECANT_FINE and a < root < yf
+    if steer:
       below = yi is None or yf - root <= 0.45 * tolx * 1.01
       p = root - 0.45 * tolx if below else root + 0.45 * tolx
       if yi is not None:   # strictly inside the bracket
         p = min(max(p, yi + 0.01 * (yf - yi)), yf - 0.01 * (yf - yi))
       p = min(p, yf - 0.01 * tolx)
-    else:   # bisection, or a widening step down while no infeasible end is known
-      below = True
-      p = 0.5 * (a + yf) if yi is not None else max(yf - 8 * tolx * 4.0**k, u.y_lo)
+    else:
+      below = False
+      fp = None if fine is None else fine.false_position()
+      if fp is not None and yi + 0.05 * (yf - yi) < fp < yf - 0.05 * (yf - yi):
+        p = fp
+      elif yi is not None:
+        p = 0.5 * (yi + yf)
+      else:                  # widening steps down while no infeasible end is known
+        p = max(yf - 8 * tolx * 4.0**k, u.y_lo)
     p = _snap(u, p, yi, yf)
     if p is None:          # no evaluable point left inside the bracket
       break
     if below:   # expected infeasible: its lower bound may certify an end
       e_lo, e = ev.interval(p)
+      seen = (p, e_lo)
     else:
       e_lo, e = 0.0, ev.upper(p)
+    g = _g(e, target) if math.isfinite(e) else g_inf
+    if fine is None:
+      fine = _Bracket(yf, -1.0)   # yf: feasible (its g unknown before a fine probe)
+    fine.add(p, g)
     if e <= target:
       yf = p
     else:
@@ -193,7 +258,6 @@ def _solve(u, target, delta, y_feas, slope, rtol, grid_rtol):
       if e_lo > target:
         certified = p if certified is None else max(certified, p)
     if math.isfinite(e):
-      g = _g(e, target)
       if last is not None and abs(p - last[0]) > 0.2 * tolx:
         sl = (g - last[1]) / (p - last[0])
         slope = sl if sl < -1e-3 else slope
@@ -207,7 +271,11 @@ def _solve(u, target, delta, y_feas, slope, rtol, grid_rtol):
     warnings.warn(f"tight calibration: the bracket did not close to rtol {rtol:g}; the answer "
                   "meets the target but may be looser.", RuntimeWarning, stacklevel=3)
   if certified is None and yf > u.y_lo:
-    certified = _certified_end(ev, target, yf if yi is None else yi, tolx)
+    start = yf if yi is None else yi
+    hint = None
+    if seen is not None and seen[1] > 0:   # where the known lower bound would reach the target
+      hint = seen[0] + 1.25 * _g(target, seen[1]) / slope
+    certified = _certified_end(ev, target, start, tolx, hint)
   if certified is not None and not certified < yf:
     raise AssertionError(f"tight calibration: certified end {certified!r} not below the answer "
                          f"{yf!r}; this is a jaxdp bug.")

@@ -37,6 +37,8 @@ CASES = [  # target ε, δ, q, steps
     (1.0, 1e-6, 0.01, 1000),
     (8.0, 1e-5, 0.1, 100),
     (0.2, 1e-10, 1e-3, 20000),
+    (1.0, 1e-5, 1e-3, 10),               # far from RDP (0.81) and steep: false position
+    pytest.param(1.0, 1e-5, 1e-4, 100, marks=pytest.mark.slow),
     pytest.param(20.0, 1e-3, 0.5, 10, marks=pytest.mark.slow),
     pytest.param(0.5, 1e-5, 1e-4, 10**6, marks=pytest.mark.slow),
     pytest.param(2.0, 1e-8, 1.0, 1, marks=pytest.mark.slow),
@@ -175,6 +177,7 @@ def test_steps_interval_contains_the_exact_answer_for_the_gaussian():
 
 @pytest.mark.parametrize("target,delta,sigma,steps", [
     (3.0, 1e-5, 1.1, 14062), (2.0, 1e-6, 0.8, 500),
+    (0.05, 1e-6, 1.0, 100),              # RDP's rate is 6000 times smaller
     pytest.param(0.3, 1e-10, 3.0, 10**5, marks=pytest.mark.slow)])
 def test_sampling_rate_meets_the_target_and_is_tight(target, delta, sigma, steps):
   ans = _tight_calibrate.tight_sampling_rate(target, delta, sigma, steps)
