@@ -273,7 +273,8 @@ def tight_one(name, q, sigma, steps, value, *, rtol=1e-3):
     bound) and the RDP upper bound. The answer to report is
     ``min(upper, rdp_upper)``: both are upper bounds.
   """
-  from jaxdp import _guards, events, mechanisms, pld_general  # pylint: disable=g-import-not-at-top
+  from jaxdp import _guards, pld_general  # pylint: disable=g-import-not-at-top
+  from jaxdp._tight_calibrate import poisson_phases  # pylint: disable=g-import-not-at-top
   _validate_common(q, sigma, steps)
   if name == "epsilon":
     nx.check_array("delta", value, low=0.0, high=1.0, low_open=True, high_open=True)
@@ -284,7 +285,7 @@ def tight_one(name, q, sigma, steps, value, *, rtol=1e-3):
     rdp_up = float(_run_chunked(name, q, sigma, steps, value, None, "improved"))
   if q == 0.0 or steps == 0.0:
     return 0.0, 0.0, rdp_up
-  phases = [(mechanisms.dominating_pairs(events.SampledGaussian(q, sigma)), steps)]
+  phases = poisson_phases(q, sigma, steps)
   fn = pld_general.epsilon if name == "epsilon" else pld_general.delta
   lo, up = fn(phases, value, rtol=rtol, return_bounds=True)
   # One-step consistency was checked by pld_general's own guard (for ε as

@@ -55,8 +55,9 @@ def finite_epsilon(q, sigma, steps, delta, lo, up, rtol):
 def _general(q, sigma, steps, deltas, rtol):
   """The general engine's interval (cached: these inputs take seconds, and
   ``jaxdp.epsilon`` with ``pld.epsilon`` on the same question repeat them)."""
-  from jaxdp import events, mechanisms, pld_general  # pylint: disable=g-import-not-at-top
-  phases = [(mechanisms.dominating_pairs(events.SampledGaussian(q, sigma)), steps)]
+  from jaxdp import pld_general  # pylint: disable=g-import-not-at-top
+  from jaxdp._tight_calibrate import poisson_phases  # pylint: disable=g-import-not-at-top
+  phases = poisson_phases(q, sigma, steps)
   lo, up = pld_general.epsilon(phases, np.asarray(deltas), rtol=rtol, return_bounds=True)
   out = tuple(np.array(a, np.float64).reshape(-1) for a in (lo, up))
   for a in out:

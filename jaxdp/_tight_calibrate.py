@@ -66,9 +66,9 @@ class TightAnswer(NamedTuple):
 
 
 class _Unknown(NamedTuple):
-  """One unknown in the coordinate y where ε is non-increasing."""
-  y_lo: float
-  y_hi: float
+  """One unknown in the coordinate y where ε is non-increasing (the answer
+  is the smallest feasible y, searched down from a feasible start)."""
+  y_lo: float                              # the end of the range
   value: Callable[[float], float]          # y -> the value evaluated there
   y: Callable[[float], float]              # value -> y
   phases: Callable[[float], list]
@@ -138,7 +138,7 @@ def _snap(u, p, yi, yf):
   return y
 
 
-class _Bracket:
+class _FalsePosition:
   """Sign-change bracket of g (non-increasing in y) with Illinois false position.
 
   ``a`` is the largest y seen with g > 0, ``b`` the smallest with g <= 0."""
@@ -187,7 +187,7 @@ def _solve(u, target, delta, y_feas, slope, rtol, grid_rtol):
     e = ev.upper(y, _COARSE_GRID)
     g = _g(e, target) if math.isfinite(e) else g_inf
     if br is None:
-      br = _Bracket(y, g) if g <= 0 else None
+      br = _FalsePosition(y, g) if g <= 0 else None
       if br is None:       # the PLD is no tighter than RDP here: the answer is at the start
         break
     else:
@@ -216,9 +216,9 @@ def _solve(u, target, delta, y_feas, slope, rtol, grid_rtol):
 
   # Fine phase (the grid jaxdp epsilon uses): only these probes move the
   # answer's bracket (yi, yf). Probes steered e^{±0.45·rtol} around the
-  # secant root; Illinois false position (or halving) when that fails.
+  # secant root; safeguarded false position (or halving) when that fails.
   yi, last, certified, seen = None, None, None, None
-  fine = None
+  g_at = {}            # g of the fine probes, by y
   for k in range(_MAX_FINE):
     if yi is not None and yf - yi <= tolx:
       break
@@ -232,7 +232,9 @@ def _solve(u, target, delta, y_feas, slope, rtol, grid_rtol):
       p = min(p, yf - 0.01 * tolx)
     else:
       below = False
-      fp = None if fine is None else fine.false_position()
+      fp = None   # false position between the bracket's ends, kept off them by 5%
+      if yi in g_at and yf in g_at and math.isfinite(g_at[yi] - g_at[yf]):
+        fp = yi + (yf - yi) * g_at[yi] / (g_at[yi] - g_at[yf])
       if fp is not None and yi + 0.05 * (yf - yi) < fp < yf - 0.05 * (yf - yi):
         p = fp
       elif yi is not None:
@@ -248,9 +250,7 @@ def _solve(u, target, delta, y_feas, slope, rtol, grid_rtol):
     else:
       e_lo, e = 0.0, ev.upper(p)
     g = _g(e, target) if math.isfinite(e) else g_inf
-    if fine is None:
-      fine = _Bracket(yf, -1.0)   # yf: feasible (its g unknown before a fine probe)
-    fine.add(p, g)
+    g_at[p] = g
     if e <= target:
       yf = p
     else:
@@ -342,7 +342,7 @@ def tight_sigma(target_epsilon, delta, q, steps, *, rtol=1e-3, grid_rtol=1e-3):
     return TightAnswer(0.0, 0.0, 0.0)
   s_rdp = _quiet(calibrate.sigma, target, delta, q, steps)
   lo, hi = (math.log(s) for s in calibrate.SIGMA_RANGE)
-  u = _Unknown(lo, hi, math.exp, math.log, lambda s: poisson_phases(q, s, steps))
+  u = _Unknown(lo, math.exp, math.log, lambda s: poisson_phases(q, s, steps))
   if math.isfinite(s_rdp):
     y0, slope = math.log(s_rdp), _rdp_slope(q, s_rdp, steps, delta, ds=math.exp(0.02)) / 0.02
   else:
@@ -377,8 +377,7 @@ def tight_steps(target_epsilon, delta, q, sigma, *, rtol=1e-3, grid_rtol=1e-3):
   t_rdp = _quiet(calibrate.steps, target, delta, q, sigma)
   if math.isinf(t_rdp):
     return TightAnswer(math.inf, math.inf, math.inf)
-  hi = -math.log(_MAX_STEPS)
-  u = _Unknown(hi, 0.0, lambda y: float(min(max(round(math.exp(-y)), 1), _MAX_STEPS)),
+  u = _Unknown(-math.log(_MAX_STEPS), lambda y: float(min(max(round(math.exp(-y)), 1), _MAX_STEPS)),
                lambda t: -math.log(t), lambda t: poisson_phases(q, sigma, t), integer=True)
   ev = _Evaluator(u, delta, grid_rtol)
   if t_rdp == 0.0 and ev.upper(0.0) > target:   # not even one step
@@ -413,7 +412,7 @@ def tight_sampling_rate(target_epsilon, delta, sigma, steps, *, rtol=1e-3, grid_
     return TightAnswer(1.0, 1.0, 1.0)
   q_rdp = _quiet(calibrate.sampling_rate, target, delta, sigma, steps)
   hi = -math.log(calibrate.MIN_SAMPLING_RATE)
-  u = _Unknown(0.0, hi, lambda y: min(math.exp(-y), 1.0), lambda q: -math.log(q),
+  u = _Unknown(0.0, lambda y: min(math.exp(-y), 1.0), lambda q: -math.log(q),
                lambda q: poisson_phases(q, sigma, steps))
   ev = _Evaluator(u, delta, grid_rtol)
   if q_rdp >= 1.0:

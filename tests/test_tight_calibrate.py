@@ -194,3 +194,14 @@ def test_sampling_rate_upper_end_is_certified_against_the_exact_one_step_profile
                      for d in ("remove", "add"))
   assert at(ans.value) <= delta
   assert at(ans.bound) > delta
+
+
+def test_false_position_and_halving_alone_close_the_bracket(monkeypatch):
+  """With the secant steering switched off, the safeguarded false position
+  and halving still close the bracket to rtol (same guarantees)."""
+  monkeypatch.setattr(_tight_calibrate, "_SECANT_FINE", 0)
+  target, delta, q, steps = 1.0, 1e-6, 0.01, 1000
+  ans = _tight_calibrate.tight_sigma(target, delta, q, steps)
+  assert _reported(q, ans.value, steps, delta) <= target
+  assert _reported(q, ans.value * (1 - 2e-3), steps, delta) > target
+  assert 0 < ans.bound < ans.value
