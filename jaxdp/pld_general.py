@@ -672,7 +672,10 @@ def epsilon_side(phases, delta, *, upper=True, rtol=1e-3):  # pylint: disable=re
   The upper bound is bit-identical to :func:`epsilon`'s (the pessimistic
   composition does not depend on the optimistic one) and the lower bound to
   the lower end of ``epsilon(..., return_bounds=True)`` before its
-  ``lower <= upper`` guard, which needs both. The upper bound keeps the
+  ``lower <= upper`` guard, which needs both. One exception: where the grid
+  of the side not built alone would exceed the memory cap (one-step grids of
+  ~4·10⁶ cells), :func:`epsilon` doubles h and this does not; both results
+  are certified bounds. The upper bound keeps the
   one-step guard (δ_1(ε_upper) <= δ). Calibration probes use this
   (:mod:`jaxdp._tight_calibrate`).
 
