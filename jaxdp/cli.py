@@ -191,7 +191,7 @@ def _build_parser() -> argparse.ArgumentParser:
   p.add_argument("--solve", choices=("sigma", "steps", "sampling-rate"), default="sigma",
                  help="the unknown (default: sigma)")
   p.add_argument("--rtol", type=float, default=None, help="relative tolerance of the answer "
-                 "(default 1e-3 for the tight sigma, 1e-6 otherwise)")
+                 "(default 1e-3 for the tight answer, 1e-6 otherwise)")
 
   p = sub.add_parser(
       "sweep", help="evaluate a CSV/JSON grid of configurations",
