@@ -34,6 +34,7 @@ _SMALL = 16            # chunk for small calls (single configurations, CLI)
 _CHEAP_MAX_ORDER = 64  # integer orders up to this form the cheap phase-1 set
 _ROUNDS = 4            # refinement rounds with expensive-order windows
 _ENVELOPE_ROUNDS = 8   # best-real-order rounds (default orders), see _rdp_boundary
+_ENVELOPE_EXPONENT = 1.5  # ε ~ σ^-k locally: the first round's order prediction
 _WINDOW = 3            # orders per refinement window
 _BUMPS = 40            # feasibility step-ups before giving up (never reached)
 
@@ -389,14 +390,26 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
     # x_{α*} below x; the envelope theorem (∂ε/∂α = 0 at α*) makes it exact
     # to second order in the change of α*. Rounds repeat where x still moved
     # by more than 20·tol.
+    # For σ the first round solves at the order predicted at the boundary
+    # instead: the start x is the integer orders' boundary, above the real
+    # one, and α* falls with σ (ε ~ σ^-1.5 locally, α* - 1 ~ σ as RDP ~ α/σ²
+    # meets log(1/δ)/(α - 1)); this takes two rounds off the small-α
+    # configurations (1000 calibrations: 1.25-1.31 s -> 1.03-1.15 s). Where
+    # the prediction does not improve x, the plain round follows.
     idx = np.nonzero(~unreachable)[0]
-    for _ in range(_ENVELOPE_ROUNDS):
+    for rnd in range(_ENVELOPE_ROUNDS):
       if idx.size == 0:
         break
       before = x[idx].copy()
-      better = window_solve(idx, alpha[idx][:, None])
+      predicted = rnd == 0 and kind == "sigma"
+      win = alpha[idx][:, None]
+      if predicted:
+        ratio = np.clip((e_full[idx] / target[idx]) ** (1 / _ENVELOPE_EXPONENT), 0.5, 1.0)
+        win = (1.0 + (alpha[idx] - 1.0) * ratio)[:, None]
+      better = window_solve(idx, win)
       check(idx[better])
-      idx = idx[better & (x[idx] < before - 20.0 * tol)]
+      keep = better & (x[idx] < before - 20.0 * tol)
+      idx = idx[keep | ~better] if predicted else idx[keep]
   value = _from_x(kind, x)
   value = _make_feasible(kind, "rdp", value, e_full, target, delta, a, b, orders_checked,
                          skip=unreachable)

@@ -237,3 +237,21 @@ def test_pld_sigma_feasible():
   # PLD is tighter than RDP: it needs no more noise.
   s_rdp = calibrate.sigma(target, DELTA, q, steps, orders=ORDERS)
   assert np.all(s <= s_rdp * (1 + 1e-6))
+
+
+@pytest.mark.parametrize("exponent", [1.5, 0.2])
+def test_sigma_default_orders_feasible_and_tight(monkeypatch, exponent):
+  """Every real order α > 1 (the envelope rounds): feasible and tight on the
+  benchmark's distribution, with the first round's predicted order (1.5) and
+  with a deliberately bad prediction (0.2: most predicted orders are worse
+  than α*, and the plain round must follow)."""
+  from jaxdp import _calibrate_boundary
+  monkeypatch.setattr(_calibrate_boundary, "_ENVELOPE_EXPONENT", exponent)
+  rng = np.random.default_rng(11)
+  n = 200
+  target = rng.uniform(0.3, 10.0, n)
+  q = 10 ** rng.uniform(-3.5, -1.0, n)
+  steps = np.round(10 ** rng.uniform(2, np.log10(50000), n))
+  s = calibrate.sigma(target, DELTA, q, steps)
+  assert np.all(jaxdp.epsilon(q, s, steps, DELTA) <= target)
+  assert np.all(jaxdp.epsilon(q, s * (1 - 1e-6), steps, DELTA) > target)
