@@ -54,3 +54,38 @@ def test_small_calibration_matches_the_batched_solver():
     one = float(calibrate.sigma(tgt[i], 1e-5, q[i], t[i], rtol=1e-5))
     assert float(jaxdp.epsilon(q[i], one, t[i], 1e-5)) <= tgt[i]
     assert abs(one / batch[i] - 1) <= 2e-5, (one, batch[i])
+
+
+def _counted(fn):
+  calls = []
+
+  def eps_at(idx, x):
+    calls.append(x.shape)
+    return fn(idx, x)
+  return eps_at, calls
+
+
+def test_smooth_functions_take_five_rounds():
+  """σ-like: ε = c·e^{-1.7 x} over the 23 log-units of SIGMA_RANGE; probes
+  around the interpolated root close the bracket to 5e-7 in 5 rounds (equal
+  spacing alone needs 7)."""
+  rng = np.random.default_rng(4)
+  c = 10 ** rng.uniform(-2, 2, 6)
+  t = 10 ** rng.uniform(-1, 1, 6)
+  eps_at, calls = _counted(lambda idx, x: c[idx, None] * np.exp(-1.7 * x))
+  lo, hi = np.log(calibrate.SIGMA_RANGE)
+  x, e, ok = gs.boundary(eps_at, t, lo, hi, 5e-7)
+  star = np.log(c / t) / 1.7
+  assert np.all(ok) and np.all(e <= t)
+  assert np.all(x >= star - 1e-12) and np.all(x - star <= 5e-7 + 1e-12)
+  assert len(calls) <= 5
+
+
+def test_rough_functions_fall_back_to_equal_spacing():
+  """A staircase whose interpolated roots miss: still the exact contract."""
+  eps_at, calls = _counted(lambda idx, x: np.where(x < 0.123456, 100.0, 0.0) + np.floor(-x))
+  x, e, ok = gs.boundary(eps_at, np.array([-2.5]), -10.0, 10.0, 1e-7)
+  assert ok[0] and e[0] <= -2.5
+  # boundary of {floor(-x) <= -2.5} = {x > 2}: the smallest probed feasible x is just above 2
+  assert 2.0 < x[0] <= 2.0 + 1e-7
+  assert len(calls) <= 12
