@@ -106,8 +106,8 @@ def _compiled_chunks(kind, flat, key, search_plan, method, with_order):
   ``(values, orders attained or None)`` as flat NumPy arrays."""
   n = flat[0].size
   chunk = _bucket(n)
-  out, best_orders = [], []
-  for start in range(0, n, chunk):
+
+  def one(start):
     parts = [a[start:start + chunk] for a in flat]
     # Fewer quadrature nodes suffice when every σ in the chunk is ≥ 0.5.
     nodes = rdp_nodes_for(parts[1])
@@ -115,6 +115,7 @@ def _compiled_chunks(kind, flat, key, search_plan, method, with_order):
     if m < chunk:  # pad with a benign configuration to reuse the compiled shape
       pad = [np.full(chunk - m, v) for v in (0.5, 1.0, 1.0, 0.5)]
       parts = [np.concatenate([p, f]) for p, f in zip(parts, pad)]
+    alpha = None
     if search_plan is not None and key is None:
       # Default: the grid minimum, then the minimum over all real α > 1.
       res, best = _order_search.search(kind, search_plan, method, nodes, *parts, with_index=True)
@@ -122,16 +123,18 @@ def _compiled_chunks(kind, flat, key, search_plan, method, with_order):
                                      with_order=with_order)
       if with_order:
         res, alpha = res
-        best_orders.append(alpha[:m])
+        alpha = np.asarray(alpha)[:m]
     elif search_plan is not None:  # many orders: evaluate only those that can win
       res = _order_search.search(kind, search_plan, method, nodes, *parts)
     else:
       res = _chunk_fn(kind, key, method, nodes)(*(jnp.asarray(p) for p in parts))
-    out.append(np.asarray(res)[:m])
-  result = np.concatenate(out) if out else np.zeros((0,))
+    return np.asarray(res)[:m], alpha
+
+  outs = nx.thread_map(one, range(0, n, chunk))   # chunks side by side on the CPU's cores
+  result = np.concatenate([o[0] for o in outs]) if outs else np.zeros((0,))
   if not with_order:
     return result, None
-  return result, (np.concatenate(best_orders) if best_orders else np.zeros((0,)))
+  return result, (np.concatenate([o[1] for o in outs]) if outs else np.zeros((0,)))
 
 
 def epsilon_and_order(q, sigma, steps, delta):

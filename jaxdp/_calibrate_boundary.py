@@ -109,8 +109,8 @@ def _map_chunks(fn, arrays, pads):
   size = _chunk_size(n)
   if sharding is not None:
     size = _CHUNK * sharding.mesh.devices.size
-  outs = []
-  for start in range(0, n, size):
+
+  def chunk(start):
     parts = [a[start:start + size] for a in arrays]
     m = parts[0].shape[0]
     if m < size:
@@ -123,7 +123,12 @@ def _map_chunks(fn, arrays, pads):
       parts = [jnp.asarray(p) for p in parts]
     res = fn(*parts)
     res = res if isinstance(res, tuple) else (res,)
-    outs.append(tuple(np.asarray(r)[:m] for r in res))
+    return tuple(np.asarray(r)[:m] for r in res)
+
+  starts = range(0, n, size)
+  # Chunks side by side on the CPU's cores (nx.thread_map); sharded calls
+  # already spread over their devices.
+  outs = [chunk(s) for s in starts] if sharding is not None else nx.thread_map(chunk, starts)
   return tuple(np.concatenate([o[i] for o in outs]) for i in range(len(outs[0])))
 
 
@@ -199,20 +204,21 @@ def _check_epsilon_rdp(q, s, t_steps, d, orders, with_order=False):
   if orders is None and not with_order and 0 < n <= _SMALL:
     return _host_epsilon(q, s, t_steps, d)
   size = _chunk_size(n)
-  out, alphas = [], []
-  for start in range(0, n, size):
+
+  def chunk(start):
     parts = [a[start:start + size] for a in (q, s, t_steps, d)]
     m = parts[0].shape[0]
     parts = [np.concatenate([p, np.full(size - m, v)]) for p, v in zip(parts, (0.5, 1.0, 1.0, 1e-5))]
     if with_order:
       e, alpha = _api.epsilon_and_order(*parts)
-      alphas.append(np.asarray(alpha, np.float64)[:m])
-    else:
-      e = _api.epsilon(*parts, orders=None if orders is None else np.asarray(orders))
-    out.append(np.asarray(e, np.float64)[:m])
-  eps = np.concatenate(out) if out else np.zeros(0)
+      return np.asarray(e, np.float64)[:m], np.asarray(alpha, np.float64)[:m]
+    e = _api.epsilon(*parts, orders=None if orders is None else np.asarray(orders))
+    return np.asarray(e, np.float64)[:m], None
+
+  outs = nx.thread_map(chunk, range(0, n, size))   # chunks side by side on the CPU's cores
+  eps = np.concatenate([o[0] for o in outs]) if outs else np.zeros(0)
   if with_order:
-    return eps, (np.concatenate(alphas) if alphas else np.zeros(0))
+    return eps, (np.concatenate([o[1] for o in outs]) if outs else np.zeros(0))
   return eps
 
 

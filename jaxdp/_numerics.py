@@ -52,6 +52,32 @@ def x64():
     yield
 
 
+def thread_map(fn: Callable, items, max_workers: int = 4) -> list:
+  """``[fn(x) for x in items]``, on a few threads when there are several items.
+
+  XLA:CPU runs one computation on one core, so independent chunks of a
+  batch dispatched from several Python threads run side by side (the
+  calibration's window solves: 1.7-1.9x on 2 cores). Each result is what
+  the sequential loop computes: the chunks and their programs are the same.
+  JAX's configuration contexts are thread-local, so each worker enters the
+  caller's float64 setting (:func:`x64` scopes are not inherited by threads).
+  """
+  import concurrent.futures  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  items = list(items)
+  workers = min(len(items), os.cpu_count() or 1, max_workers)
+  if workers < 2 or jax.default_backend() != "cpu":   # an accelerator queues them anyway
+    return [fn(x) for x in items]
+  enable = bool(jax.config.jax_enable_x64)
+
+  def run(x):
+    with jax.enable_x64(enable):
+      return fn(x)
+
+  with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+    return list(pool.map(run, items))
+
+
 def to_host(x: Any):
   """Converts a (pytree of) array result(s) to NumPy float64 on the host.
 

@@ -2,6 +2,7 @@
 
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -255,3 +256,21 @@ def test_sigma_default_orders_feasible_and_tight(monkeypatch, exponent):
   s = calibrate.sigma(target, DELTA, q, steps)
   assert np.all(jaxdp.epsilon(q, s, steps, DELTA) <= target)
   assert np.all(jaxdp.epsilon(q, s * (1 - 1e-6), steps, DELTA) > target)
+
+
+def test_chunks_on_threads_give_the_sequential_bits(monkeypatch):
+  """Chunks run side by side on the CPU's cores (jaxdp._numerics.thread_map):
+  the same answers, bit for bit, as one chunk after the other, in float64."""
+  import os
+  from jaxdp import _numerics
+  with _numerics.x64():
+    dtypes = _numerics.thread_map(lambda _: jnp.zeros(1).dtype, range(3))
+  assert dtypes == [jnp.float64] * 3
+  assert _numerics.thread_map(lambda v: v * 2, range(5)) == [0, 2, 4, 6, 8]
+  target, q, steps = _random_configs(600, 7)
+  grid_q, grid_s = np.meshgrid(np.geomspace(1e-4, 0.1, 90), np.linspace(0.6, 6, 90))
+  threaded = (calibrate.sigma(target, DELTA, q, steps), jaxdp.epsilon(grid_q, grid_s, 1000, DELTA))
+  monkeypatch.setattr(os, "cpu_count", lambda: 1)
+  sequential = (calibrate.sigma(target, DELTA, q, steps), jaxdp.epsilon(grid_q, grid_s, 1000, DELTA))
+  for a, b in zip(threaded, sequential):
+    np.testing.assert_array_equal(a, b)
