@@ -233,11 +233,9 @@ def _host_epsilon(q, s, t_steps, d):
   with the nodes :func:`jaxdp.epsilon` would use for each on its own."""
   from jaxdp import _host_rdp  # pylint: disable=g-import-not-at-top
   eps = np.empty(q.shape[0])
-  nodes = np.array([rdp._nodes_for(s[i:i + 1]) for i in range(s.size)])
-  for k in np.unique(nodes):
-    sel = nodes == k
+  for sel, nodes in _host_rdp.node_groups(s):
     eps[sel] = _host_rdp.minimum_over_all_orders("epsilon", "improved", q[sel], s[sel],
-                                                 t_steps[sel], d[sel], int(k))
+                                                 t_steps[sel], d[sel], nodes)
   return eps * (1.0 + _HOST_MARGIN)
 
 

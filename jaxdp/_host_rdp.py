@@ -66,15 +66,19 @@ def grid_rdp(q, sigma, orders, nodes):
   return out
 
 
+def node_groups(sigma):
+  """``[(mask, nodes)]``: the configurations of flat ``sigma`` grouped by the
+  quadrature nodes a batch of each one alone would use (:func:`jaxdp.rdp._nodes_for`)."""
+  nodes = np.array([rdp._nodes_for(sigma[i:i + 1]) for i in range(sigma.size)])
+  return [(nodes == k, int(k)) for k in np.unique(nodes)]
+
+
 def per_step_rdp(q, sigma, orders):
   """Per-step RDP of a few configurations at ``orders`` (flat (n,) ``q``,
-  ``sigma``), each with the quadrature nodes a batch of it alone would use
-  (:func:`jaxdp.rdp._nodes_for`): :func:`grid_rdp` row by row group."""
-  nodes = np.array([rdp._nodes_for(sigma[i:i + 1]) for i in range(sigma.size)])
+  ``sigma``), each with its own quadrature nodes (:func:`node_groups`)."""
   out = np.empty((q.size, np.size(orders)))
-  for k in np.unique(nodes):
-    sel = nodes == k
-    out[sel] = grid_rdp(q[sel], sigma[sel], np.asarray(orders, np.float64), int(k))
+  for sel, nodes in node_groups(sigma):
+    out[sel] = grid_rdp(q[sel], sigma[sel], np.asarray(orders, np.float64), nodes)
   return out
 
 

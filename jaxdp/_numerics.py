@@ -7,8 +7,10 @@ a host-level helper (``x64``/``host_function``/``check_*``) that runs outside
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
+import os
 from typing import Any, Callable, Optional
 
 import jax
@@ -52,21 +54,22 @@ def x64():
     yield
 
 
-def thread_map(fn: Callable, items, max_workers: int = 4) -> list:
+def thread_map(fn: Callable, items, max_workers: int = 4, *, jax_work: bool = True) -> list:
   """``[fn(x) for x in items]``, on a few threads when there are several items.
 
   XLA:CPU runs one computation on one core, so independent chunks of a
   batch dispatched from several Python threads run side by side (the
-  calibration's window solves: 1.7-1.9x on 2 cores). Each result is what
-  the sequential loop computes: the chunks and their programs are the same.
-  JAX's configuration contexts are thread-local, so each worker enters the
-  caller's float64 setting (:func:`x64` scopes are not inherited by threads).
+  calibration's window solves: 1.7-1.9x on 2 cores); NumPy's FFTs and array
+  arithmetic release the GIL too (``jax_work=False``: the general PLD
+  engine's directions). Each result is what the sequential loop computes:
+  the chunks and their programs are the same. JAX's configuration contexts
+  are thread-local, so each worker enters the caller's float64 setting
+  (:func:`x64` scopes are not inherited by threads). JAX work on an
+  accelerator stays sequential (the device queues it anyway).
   """
-  import concurrent.futures  # pylint: disable=g-import-not-at-top
-  import os  # pylint: disable=g-import-not-at-top
   items = list(items)
   workers = min(len(items), os.cpu_count() or 1, max_workers)
-  if workers < 2 or jax.default_backend() != "cpu":   # an accelerator queues them anyway
+  if workers < 2 or (jax_work and jax.default_backend() != "cpu"):
     return [fn(x) for x in items]
   enable = bool(jax.config.jax_enable_x64)
 
