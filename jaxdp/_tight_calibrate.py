@@ -347,8 +347,9 @@ def tight_sigma(target_epsilon, delta, q, steps, *, rtol=1e-3, grid_rtol=1e-3):
     y0, slope = math.log(s_rdp), _rdp_slope(q, s_rdp, steps, delta, ds=math.exp(0.02)) / 0.02
   else:
     y0, slope = hi, -1.0
-    if _Evaluator(u, delta, grid_rtol).upper(hi) > target:
-      c = _certified_end(_Evaluator(u, delta, grid_rtol), target, hi, -math.log1p(-rtol))
+    ev = _Evaluator(u, delta, grid_rtol)
+    if ev.upper(hi) > target:
+      c = _certified_end(ev, target, hi, -math.log1p(-rtol))
       return TightAnswer(math.inf, 0.0 if c is None else math.exp(c), math.inf)
   yf, c = _solve(u, target, delta, y0, slope, rtol, grid_rtol)
   return TightAnswer(math.exp(yf), 0.0 if c is None else math.exp(c), s_rdp)

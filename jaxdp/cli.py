@@ -273,9 +273,14 @@ def _default_accountant(args):
 def _tight_question(args) -> bool:
   """True for the questions the tight path answers: Poisson sampling at a
   rate, epsilon, delta or calibrate, no RDP-only option."""
-  return (args.command in ("epsilon", "delta", "calibrate") and args.sampler in (None, "poisson")
-          and not _replace_one(args) and args.orders is None
-          and getattr(args, "tuning", None) is None)
+  return (args.command in ("epsilon", "delta", "calibrate") and _poisson_at_rate(args)
+          and args.orders is None and getattr(args, "tuning", None) is None)
+
+
+def _poisson_at_rate(args) -> bool:
+  """Plain Poisson sampling at a rate with add/remove neighbours (what the
+  tight one-question paths account)."""
+  return args.sampler in (None, "poisson") and not _replace_one(args)
 
 
 def _print_tight(args, q, sigma, steps) -> None:
@@ -432,8 +437,7 @@ def _cmd_calibrate(args) -> int:
   from jaxdp import _tight_calibrate as tc  # pylint: disable=g-import-not-at-top
   from jaxdp import calibrate
   _default_accountant(args)
-  tight = (args.accountant == "pld" and args.sampler in (None, "poisson")
-           and not _replace_one(args))
+  tight = args.accountant == "pld" and _poisson_at_rate(args)
   if tight and args.orders is not None:
     raise ValueError("--orders applies to --accountant rdp only.")
   if args.rtol is None:
