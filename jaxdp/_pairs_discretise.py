@@ -435,7 +435,8 @@ def _choose_offset(pair, c, h, s, align_heaviest=True):
   if not (m[i] > 0 and u[i] > 0):
     return 0.0
   if align_heaviest:
-    node = _align(pair, (k0 + i) * h, h, math.log(m[i] / u[i]))
+    # log m - log u: the ratio itself overflows where u underflows (σ ≈ 0.026, δ = 1e-12)
+    node = _align(pair, (k0 + i) * h, h, math.log(m[i]) - math.log(u[i]))
   elif isinstance(pair, MonotonePair):
     node = top_loss(pair)
     node = node if math.isfinite(node) else 0.0

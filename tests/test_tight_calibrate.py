@@ -57,7 +57,8 @@ def test_answer_meets_the_target_as_jaxdp_epsilon_reports_it(target, delta, q, s
 
 
 @pytest.mark.parametrize("target,delta,steps", [(3.0, 1e-5, 1), (1.0, 1e-6, 100),
-                                                (0.5, 1e-9, 10000)])
+                                                (0.5, 1e-9, 10000),
+                                                (1000.0, 1e-12, 1)])   # σ ≈ 0.026, δ 1e-12
 def test_interval_contains_the_exact_sigma_for_the_gaussian(target, delta, steps):
   """q = 1: the composition is one Gaussian step at σ/√T, whose δ(ε) is a closed
   form. The exact smallest σ* (δ(target) = δ) lies in [sigma_lower, sigma]."""
@@ -205,3 +206,15 @@ def test_false_position_and_halving_alone_close_the_bracket(monkeypatch):
   assert _reported(q, ans.value, steps, delta) <= target
   assert _reported(q, ans.value * (1 - 2e-3), steps, delta) > target
   assert 0 < ans.bound < ans.value
+
+
+def test_tight_epsilon_near_sigma_0026_at_delta_1e12():
+  """Regression: the general engine's optimistic grid offset overflowed
+  (m/u with u underflowing) for q = 1, σ in [0.0260, 0.0265], δ = 1e-12 and
+  `jaxdp epsilon` raised OverflowError. Now finite, ordered and a valid ε by
+  the exact Gaussian profile."""
+  for sigma in (0.02605, 0.0262, 0.0265):
+    lo, up, rdp_up = _api.tight_one("epsilon", 1.0, sigma, 1, 1e-12)
+    value = min(up, rdp_up)
+    assert 0 < lo <= value < np.inf
+    assert _gaussian_delta(value, 1 / sigma) <= 1e-12 * (1 + 1e-9)
