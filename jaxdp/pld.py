@@ -131,6 +131,7 @@ from jaxdp import _guards
 from jaxdp import _numerics as num
 from jaxdp import _pld_extra
 from jaxdp import _pld_fallback
+from jaxdp import _pld_readout
 
 __all__ = [
     "delta",
@@ -142,9 +143,8 @@ from jaxdp._pld_step import (  # noqa: F401  (re-exported for tests and tools)
     _BLK, _CHUNK_BLOCKS, _EDGE_PAD, _MAX_AUTO_H, _MAX_ELEMS, _MAX_FFT, _MAX_STEP_GRID,
     _MAX_WINDOW, _SQRT_HALF, _TAIL, _Rows, _chernoff_edges, _chunks, _edges, _grid_range,
     _loss_of_x, _one_step, _optimistic, _pack, _pow2, _single_step, _stage1, _x_of_loss)
-from jaxdp._pld_compose import (  # noqa: F401
-    _compose, _compose_batch, _delta_batch, _discounted_tail, _epsilon_batch,
-    _epsilon_on_window, _finish, _grid_deltas, _roundoff_allowance)
+from jaxdp._pld_compose import _compose, _compose_batch, _compose_group  # noqa: F401
+from jaxdp._pld_readout import grid_deltas as _grid_deltas  # noqa: F401
 
 # --------------------------------------------------------------------------
 # host orchestration
@@ -339,15 +339,21 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None):
             _pld_extra.place(on[k], n_ph, pp[r], po[r], lo_all[r], st_int[r])
         # traced, per phase: no recompiles
         nbits = np.array([max(1, int(t).bit_length()) for t in st_int.max(axis=0)], np.int32)
-        up, lo = _finish(np.concatenate([pp, po]), lo_all, st_int,
-                         a_cfg[sel].astype(np.int64), nbits, h[sel], inf_cfg[sel],
-                         queries[sel], wrap_cfg[sel], shift[:, sel], size=int(sz),
-                         want_epsilon=want_epsilon)
-        pending.append((sel[:m], up, lo))
-  for sel, up, lo in pending:  # collected after all groups are dispatched
-    m = len(sel)
-    upper[sel] = np.maximum(upper[sel], np.asarray(up)[:m])
-    lower[sel] = np.maximum(lower[sel], np.asarray(lo)[:m])
+        out = _compose_group(np.concatenate([pp, po]), lo_all, st_int,
+                             a_cfg[sel].astype(np.int64), nbits, size=int(sz))
+        real = sel[:m]
+        pending.append((real, len(sel), out, (a_cfg[real].astype(np.int64), h[real],
+                                              inf_cfg[real], queries[real], wrap_cfg[real],
+                                              shift[:, real])))
+  # Read-outs on the host (jaxdp._pld_readout), in dispatch order: while one
+  # group's windows are read out, XLA composes the later groups.
+  for real, rows, out, args in pending:
+    m = len(real)
+    keep = np.r_[0:m, rows:rows + m]   # the real rows, not the padding copies
+    up, lo = _pld_readout.answer(*(np.asarray(o)[keep] for o in out), *args,
+                                 want_epsilon=want_epsilon)
+    upper[real] = np.maximum(upper[real], up)
+    lower[real] = np.maximum(lower[real], lo)
   over = grow > 1.0
   upper[over] = np.nan
   lower[over] = np.nan

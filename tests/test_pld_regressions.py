@@ -33,12 +33,10 @@ def _direct_grid_deltas(w, h):
 @pytest.mark.parametrize("n,h", [(9, 0.3), (3000, 0.5), (4000, 2.0)])
 def test_grid_deltas_match_direct_sums_on_wide_windows(n, h):
   """Windows spanning 1500-8000 loss units (the old code overflowed past ~1400)."""
-  import jax
   rng = np.random.default_rng(n)
   w = rng.random(n) ** 6
   w /= w.sum()
-  with jax.enable_x64(True):
-    d, s = (np.asarray(x) for x in pld._grid_deltas(jax.numpy.asarray(w), h))  # pylint: disable=protected-access
+  d, s = pld._grid_deltas(w, h)  # pylint: disable=protected-access
   d_ref, s_ref = _direct_grid_deltas(w, h)
   assert np.all(np.isfinite(d)) and np.all(np.isfinite(s))
   np.testing.assert_allclose(d, d_ref, rtol=1e-12, atol=1e-300)
@@ -244,28 +242,25 @@ def test_delta_below_the_normal_range_is_not_reported_as_zero():
 
 
 @pytest.mark.parametrize("n", [1, 5, 32, 33, 1000, 4096, 2 ** 15 + 7])
-def test_blocked_suffix_sums_match_the_recursion(n):
-  """The blocked suffix sums (matrix products per block, recursion across
-  blocks) equal the backward recursion S_k = c (w_{k+1} + S_{k+1}), for tiny
-  and huge grid intervals (c = e^{-h} down to underflow) and weights over 20
-  orders of magnitude."""
-  import jax.numpy as jnp
-  from jaxdp import _numerics as nx
-  from jaxdp import _pld_compose as C
+def test_window_read_out_matches_the_recursion(n):
+  """The host read-out's (D, S) (blocked suffix sums) equal the backward
+  recursions S_k = c (w_{k+1} + S_{k+1}) and D_k = D_{k+1} + (1 - c)(w_{k+1} +
+  S_{k+1}), for tiny and huge grid intervals (c = e^{-h} down to underflow)
+  and weights over 20 orders of magnitude."""
+  from jaxdp import _pld_readout
   rng = np.random.default_rng(n)
   w = rng.exponential(size=n) * np.exp(rng.uniform(-50, 0, n))
-  with nx.x64():
-    for h in [1e-6, 1e-3, 0.3, 5.0, 800.0]:
-      c = math.exp(-h)
-      s = np.asarray(C._discounted_tail(jnp.asarray(w), jnp.asarray(c)))
-      ref, acc = np.zeros(n), 0.0
-      for k in range(n - 2, -1, -1):
-        acc = c * (w[k + 1] + acc)
-        ref[k] = acc
-      assert np.all(np.isfinite(s))
-      assert np.max(np.abs(s - ref) / np.maximum(ref, 1e-300)) < 1e-12, h
-    t = np.asarray(C._suffix_sums(jnp.asarray(w), jnp.ones(())))
-    np.testing.assert_allclose(t, np.cumsum(w[::-1])[::-1], rtol=1e-13)
+  for h in [1e-6, 1e-3, 0.3, 5.0, 800.0]:
+    c = math.exp(-h)
+    d, s = _pld_readout.grid_deltas(w, h)
+    s_ref, d_ref, acc_s, acc_d = np.zeros(n), np.zeros(n), 0.0, 0.0
+    for k in range(n - 2, -1, -1):
+      acc_d += -math.expm1(-h) * (w[k + 1] + acc_s)
+      acc_s = c * (w[k + 1] + acc_s)
+      s_ref[k], d_ref[k] = acc_s, acc_d
+    assert np.all(np.isfinite(s)) and np.all(np.isfinite(d))
+    assert np.max(np.abs(s - s_ref) / np.maximum(s_ref, 1e-300)) < 1e-12, h
+    assert np.max(np.abs(d - d_ref) / np.maximum(d_ref, 1e-300)) < 1e-12, h
 
 
 @pytest.mark.slow
