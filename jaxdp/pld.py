@@ -118,9 +118,11 @@ tangent gaps where the caps allow.
 
 Code layout: :mod:`jaxdp._pld_step` holds the one-step discretisation (loss
 geometry, packed block layout, pessimistic/optimistic buckets, Chernoff window
-edges), :mod:`jaxdp._pld_compose` the FFT composition and the δ/ε queries on a
-composed window; this module chooses grids within memory, runs them, guards
-the answers and holds the public entry points.
+edges), :mod:`jaxdp._pld_compose` the FFT composition (XLA),
+:mod:`jaxdp._pld_readout` the δ/ε queries on the composed windows (NumPy on
+the host: nothing to compile per window length); this module chooses grids
+within memory, runs them, guards the answers and holds the public entry
+points.
 """
 
 from __future__ import annotations
