@@ -281,3 +281,40 @@ def test_kernel_infinity_falls_back_to_the_general_engine():
   assert np.isinf(k_up) and np.isfinite(up)
   assert k_lo <= lo <= up
   assert lo <= float(jaxdp.epsilon(*args)) * (1 + 1e-9)   # the RDP upper bound
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_window_epsilon_is_the_crossing_of_the_direct_delta(seed):
+  """The host read-out's ε(δ) on a composed window is the crossing of the
+  direct sum δ(ε) = Σ_{ℓ_k > ε} w_k (1 - e^{ε - ℓ_k}) + p_∞: at the upper ε
+  the direct δ is <= the target, 1e-4 of a grid step below it is above
+  (the summation allowance moves it up by ~64·n ulps of δ); the lower ε sits at or below the crossing; δ(ε) equals the direct
+  sum; +∞ where the infinity mass alone exceeds the target."""
+  from jaxdp import _pld_readout as R
+  rng = np.random.default_rng(seed)
+  n = int(rng.integers(50, 3000))
+  h = float(10 ** rng.uniform(-4, 0))
+  start = int(rng.integers(-n, n // 2))
+  w = rng.random(n) ** 8
+  w /= w.sum()
+  inf_mass = float(10 ** rng.uniform(-14, -8))
+  loss = (start + np.arange(n)) * h
+
+  def direct(e):
+    sel = loss > e
+    return float(np.sum(w[sel] * -np.expm1(e - loss[sel]))) + inf_mass
+
+  targets = 10 ** rng.uniform(-7, -1, 5)
+  up = R.epsilon_on_window(w, start, h, inf_mass, targets)
+  lo = R.epsilon_on_window(w, start, h, inf_mass, targets, lower=True)
+  for t, e_up, e_lo in zip(targets, up, lo):
+    if direct(loss[0]) <= t:   # already below the target at the first node
+      assert e_up == start * h
+      continue
+    assert direct(e_up) <= t
+    assert direct(e_up - 1e-4 * h) > t
+    assert e_lo <= e_up and direct(e_lo) >= t * (1 - 1e-12)
+  eps = rng.uniform(loss[0], loss[-1], 6)
+  np.testing.assert_allclose(R.delta_on_window(w, start, h, inf_mass, eps),
+                             [direct(e) for e in eps], rtol=1e-12)
+  assert np.all(R.epsilon_on_window(w, start, h, 0.5, np.array([0.1, 0.4])) == np.inf)
