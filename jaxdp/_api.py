@@ -77,9 +77,35 @@ def _host_turn(n):
   return False
 
 
-def _run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False):
+# The RDP ceiling that guards a PLD answer (jaxdp.pld's guards) is computed
+# on the host for up to this many configurations, during the first
+# _PLD_GUARD_QUESTIONS guarded PLD calls of a process: there it costs
+# ~40-150 ms (32-256 configurations) beside the PLD's own ~20 ms per
+# configuration, where the compiled programs would first take ~4 s to build
+# (a PLD calibration's dozen rounds then compile no RDP program); later
+# calls use the compiled programs (a loop of single questions pays the
+# compilation once).  The two paths agree to 2e-13 relative
+# (tests/test_host_rdp.py).
+_PLD_GUARD_HOST_MAX = 256
+_PLD_GUARD_QUESTIONS = 16
+_pld_guard_questions_left = [_PLD_GUARD_QUESTIONS]
+
+
+def guard_rdp(kind, q, sigma, steps, x):
+  """The default-order RDP ε (kind "epsilon", x = δ) or δ (kind "delta",
+  x = ε) that ceils a PLD answer, float64 NumPy of the broadcast shape."""
+  n = int(np.prod(np.broadcast_shapes(*(np.shape(a) for a in (q, sigma, steps, x)))))
+  host = 0 < n <= _PLD_GUARD_HOST_MAX and _pld_guard_questions_left[0] > 0
+  if host:
+    _pld_guard_questions_left[0] -= 1
+  return _run_chunked(kind, q, sigma, steps, x, None, "improved", host=host or None)
+
+
+def _run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False, host=None):
   """The RDP value per configuration, chunked; with ``with_order`` (default
-  orders only) also the real order at which it was attained."""
+  orders only) also the real order at which it was attained.  ``host``:
+  True forces the host path for the default orders (:mod:`jaxdp._host_rdp`),
+  None lets :func:`_host_turn` decide."""
   shape = np.broadcast_shapes(*(np.shape(a) for a in (q, sigma, steps, x)))
   flat = [np.broadcast_to(np.asarray(a, np.float64), shape).reshape(-1) for a in (q, sigma, steps, x)]
   n = flat[0].size
@@ -87,7 +113,7 @@ def _run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False):
   search_plan = _order_search.plan(key)
   if with_order and (orders is not None or search_plan is None):
     raise ValueError("with_order needs the default orders.")
-  if orders is None and search_plan is not None and _host_turn(n):
+  if orders is None and search_plan is not None and (host or _host_turn(n)):
     from jaxdp import _host_rdp  # pylint: disable=g-import-not-at-top
     res = _host_rdp.minimum_over_all_orders(kind, method, *flat, rdp_nodes_for(flat[1]),
                                             with_order=with_order)

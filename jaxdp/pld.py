@@ -552,7 +552,7 @@ def _guard(name, lo, up, q, sigma, steps, value, shape):
     one = _guards.one_step_delta(q, sigma, value)
   from jaxdp import _api  # pylint: disable=g-import-not-at-top
   with num.x64():
-    rdp_up = _api._run_chunked(name, q, sigma, steps, value, None, "improved")
+    rdp_up = _api.guard_rdp(name, q, sigma, steps, value)
 
   def safe(mask):
     return rdp_up[mask]

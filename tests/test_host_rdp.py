@@ -169,3 +169,34 @@ def test_steps_guess_on_the_host_gives_the_compiled_answers():
   few = calibrate.steps(t, d, q, s)   # n <= 16: host guess
   many = calibrate.steps(*(np.tile(a, 2) for a in (t, d, q, s)))[:n]   # compiled guess
   np.testing.assert_array_equal(few, many)
+
+
+def test_pld_guard_ceiling_on_the_host_then_compiled(monkeypatch):
+  """The RDP ceiling of a guarded PLD answer: on the host for up to
+  _PLD_GUARD_HOST_MAX configurations while the budget lasts (no RDP program
+  compiled), the compiled programs afterwards and beyond that size; both
+  give the same values (2e-13 relative) for 40 configurations of the domain."""
+  q, sigma, steps, delta, eps = _domain(40, seed=5)
+  host_calls = []
+  real = _host_rdp.minimum_over_all_orders
+
+  def spy(*a, **k):
+    host_calls.append(a[2].size)
+    return real(*a, **k)
+
+  monkeypatch.setattr(_host_rdp, "minimum_over_all_orders", spy)
+  monkeypatch.setattr(_api, "_host_questions_left", [0])
+  for kind, x in (("epsilon", delta), ("delta", eps)):
+    monkeypatch.setattr(_api, "_pld_guard_questions_left", [1])
+    with nx.x64():
+      on_host = _api.guard_rdp(kind, q, sigma, steps, x)
+      assert host_calls == [40] and _api._pld_guard_questions_left == [0]
+      compiled = _api.guard_rdp(kind, q, sigma, steps, x)   # budget spent
+      assert host_calls == [40]
+    _agree(on_host, compiled, 2e-13)
+    host_calls.clear()
+  monkeypatch.setattr(_api, "_pld_guard_questions_left", [5])
+  n = _api._PLD_GUARD_HOST_MAX + 1
+  with nx.x64():
+    _api.guard_rdp("epsilon", np.full(n, 0.01), np.ones(n), np.full(n, 100.0), np.full(n, 1e-5))
+  assert host_calls == [] and _api._pld_guard_questions_left == [5]
