@@ -81,13 +81,14 @@ def _host_turn(n):
 # on the host for up to this many configurations, during the first
 # _PLD_GUARD_QUESTIONS guarded PLD calls of a process: there it costs
 # ~40-150 ms (32-256 configurations) beside the PLD's own ~20 ms per
-# configuration, where the compiled programs would first take ~4 s to build
-# (a PLD calibration's dozen rounds then compile no RDP program); later
-# calls use the compiled programs (a loop of single questions pays the
-# compilation once).  The two paths agree to 2e-13 relative
+# configuration, where the compiled programs would first take ~4 s to build.
+# 64 calls of ~50 ms on the host cost about that build, so a loop of single
+# questions pays at most twice the compilation, and a PLD calibration's
+# rounds (a dozen, two guarded calls each) compile no RDP program.  Later
+# calls use the compiled programs.  The two paths agree to 2e-13 relative
 # (tests/test_host_rdp.py).
 _PLD_GUARD_HOST_MAX = 256
-_PLD_GUARD_QUESTIONS = 16
+_PLD_GUARD_QUESTIONS = 64
 _pld_guard_questions_left = [_PLD_GUARD_QUESTIONS]
 
 
