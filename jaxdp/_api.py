@@ -99,14 +99,14 @@ def guard_rdp(kind, q, sigma, steps, x):
   host = 0 < n <= _PLD_GUARD_HOST_MAX and _pld_guard_questions_left[0] > 0
   if host:
     _pld_guard_questions_left[0] -= 1
-  return _run_chunked(kind, q, sigma, steps, x, None, "improved", host=host or None)
+  return _run_chunked(kind, q, sigma, steps, x, None, "improved", host=host)
 
 
-def _run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False, host=None):
+def _run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False, host=False):
   """The RDP value per configuration, chunked; with ``with_order`` (default
   orders only) also the real order at which it was attained.  ``host``:
   True forces the host path for the default orders (:mod:`jaxdp._host_rdp`),
-  None lets :func:`_host_turn` decide."""
+  otherwise :func:`_host_turn` decides."""
   shape = np.broadcast_shapes(*(np.shape(a) for a in (q, sigma, steps, x)))
   flat = [np.broadcast_to(np.asarray(a, np.float64), shape).reshape(-1) for a in (q, sigma, steps, x)]
   n = flat[0].size

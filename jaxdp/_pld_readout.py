@@ -85,12 +85,9 @@ def epsilon_on_window(w, start, h, inf_mass, targets, lower=False):
   d, s = grid_deltas(w, h)
   infl = 64.0 * size * _EPS
   d = d * (1.0 - infl if lower else 1.0 + infl) + inf_mass
-  # D is non-increasing up to round-off: the last node above each target.
-  above = d[None, :] > targets[:, None] if size * targets.size <= 2 ** 22 else None
-  if above is not None:
-    k = np.where(above.any(axis=1), size - 1 - np.argmax(above[:, ::-1], axis=1), -1)
-  else:
-    k = np.array([int(np.max(np.nonzero(d > t)[0], initial=-1)) for t in targets])
+  # The last node above each target (D is non-increasing only up to
+  # round-off; -1 when none is).
+  k = np.array([np.max(np.flatnonzero(d > t), initial=-1) for t in targets], np.int64)
   kk = np.maximum(k, 0)
   dk, sk = d[kk], s[kk]
   with np.errstate(divide="ignore", invalid="ignore"):

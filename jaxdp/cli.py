@@ -415,7 +415,7 @@ def _print_tradeoff(q, sigma, steps, fprs):
     print(f"fpr={_fmt(f)} tpr_upper={_fmt(up)} tpr_lower={_fmt(lo)}")
 
 
-def _solve_one(args, smp, tight, name, plain, tight_fn, bound_name, *values, **kw):
+def _solve_one(args, tight, name, plain, tight_fn, bound_name, *values, **kw):
   """One calibration: the RDP/PLD answer (one line), or the tight one (the
   value, its certified end ``bound_name`` and the RDP answer). Returns the value."""
   if not tight:
@@ -454,7 +454,7 @@ def _cmd_calibrate(args) -> int:
       warnings.simplefilter("ignore", RuntimeWarning)
     if args.solve == "sigma":
       q, steps = _resolve_q_steps(args)
-      value = _solve_one(args, smp, tight, "sigma", calibrate.sigma, tc.tight_sigma, "lower",
+      value = _solve_one(args, tight, "sigma", calibrate.sigma, tc.tight_sigma, "lower",
                          q if smp is None else smp, steps, rtol=args.rtol)
       if math.isinf(value):
         print(f"{_PROG}: the target cannot be met by any sigma <= "
@@ -467,7 +467,7 @@ def _cmd_calibrate(args) -> int:
         raise ValueError("--solve steps: do not give --steps or --epochs.")
       q, _ = _resolve_q_steps(args, need_steps=False)
       kw = dict(rtol=args.rtol) if tight else {}
-      value = _solve_one(args, smp, tight, "steps", calibrate.steps, tc.tight_steps, "upper",
+      value = _solve_one(args, tight, "steps", calibrate.steps, tc.tight_steps, "upper",
                          q if smp is None else smp, sigma, **kw)
       if args.dataset_size is not None and args.batch_size is not None and math.isfinite(value):
         print(f"epochs = {_fmt(value * args.batch_size / args.dataset_size)}")
@@ -477,7 +477,7 @@ def _cmd_calibrate(args) -> int:
     steps = args.steps
     if steps is None:
       raise ValueError("missing --steps (epochs depend on the unknown batch size).")
-    value = _solve_one(args, smp, tight, "q", calibrate.sampling_rate, tc.tight_sampling_rate,
+    value = _solve_one(args, tight, "q", calibrate.sampling_rate, tc.tight_sampling_rate,
                        "upper", sigma, steps, rtol=args.rtol, sampler=smp)
     if smp is not None and args.sampler not in (None, "poisson", "truncated-poisson"):
       print(f"batch_size = {round(value * smp.dataset_size)}")

@@ -341,18 +341,19 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None):
             _pld_extra.place(on[k], n_ph, pp[r], po[r], lo_all[r], st_int[r])
         # traced, per phase: no recompiles
         nbits = np.array([max(1, int(t).bit_length()) for t in st_int.max(axis=0)], np.int32)
-        out = _compose_group(np.concatenate([pp, po]), lo_all, st_int,
-                             a_cfg[sel].astype(np.int64), nbits, size=int(sz))
+        win_start = a_cfg[sel].astype(np.int64)
+        composed = _compose_group(np.concatenate([pp, po]), lo_all, st_int, win_start, nbits,
+                                  size=int(sz))
         real = sel[:m]
-        pending.append((real, len(sel), out, (a_cfg[real].astype(np.int64), h[real],
-                                              inf_cfg[real], queries[real], wrap_cfg[real],
-                                              shift[:, real])))
+        pending.append((real, len(sel), composed, (win_start[:m], h[real], inf_cfg[real],
+                                                   queries[real], wrap_cfg[real],
+                                                   shift[:, real])))
   # Read-outs on the host (jaxdp._pld_readout), in dispatch order: while one
   # group's windows are read out, XLA composes the later groups.
-  for real, rows, out, args in pending:
+  for real, rows, composed, args in pending:
     m = len(real)
     keep = np.r_[0:m, rows:rows + m]   # the real rows, not the padding copies
-    up, lo = _pld_readout.answer(*(np.asarray(o)[keep] for o in out), *args,
+    up, lo = _pld_readout.answer(*(np.asarray(o)[keep] for o in composed), *args,
                                  want_epsilon=want_epsilon)
     upper[real] = np.maximum(upper[real], up)
     lower[real] = np.maximum(lower[real], lo)
