@@ -21,7 +21,8 @@ import numpy as np
 from jaxdp import _grid_search
 from jaxdp import _numerics as nx
 from jaxdp import rdp
-from jaxdp._bracket import _MAX_ITER, _done, _init, _propose, _solve, _update
+from jaxdp import _host_bracket
+from jaxdp._bracket import _MAX_ITER, _solve
 
 #: σ is searched in this range: σ = SIGMA_RANGE[0] is returned when it already
 #: meets the target, inf when even SIGMA_RANGE[1] does not.
@@ -36,6 +37,7 @@ _ROUNDS = 4            # refinement rounds with expensive-order windows
 _ENVELOPE_ROUNDS = 8   # best-real-order rounds (default orders), see _rdp_boundary
 _ENVELOPE_EXPONENT = 1.5  # ε ~ σ^-k locally: the first round's order prediction
 _WINDOW = 3            # orders per refinement window
+_PLD_START_TOL = 1e-2  # the PLD solve's start: the RDP boundary to this (log σ / log q)
 _BUMPS = 40            # feasibility step-ups before giving up (never reached)
 
 _D = rdp.DEFAULT_ORDERS
@@ -442,43 +444,36 @@ def _make_feasible(kind, acc, value, e_full, target, delta, a, b, orders_checked
 
 
 def _pld_boundary(kind, target, delta, a, b, rtol):
-  """Host-level bracketing solve on batched PLD ε (same algorithm as the kernel)."""
-  n = target.shape[0]
-  tol = 0.5 * max(rtol, 1e-9)
+  """Host-level solve on batched PLD ε (:mod:`jaxdp._host_bracket`).
+
+  The start is the RDP boundary to within :data:`_PLD_START_TOL`, found on the
+  host (``_host_epsilon``: nothing to compile), with the RDP curve's secant
+  slope there as the first slope. The PLD rounds evaluate only the targets
+  still open (the batched PLD's programs depend on the FFT lengths and the
+  one-step chunk sizes, not on the number of configurations), and the answer
+  is the smallest σ (largest q) whose ε the guarded PLD evaluated <= target.
+  """
   xmin, xmax = _bounds(kind)
-  # Start from the cheap-order RDP answer (RDP over-estimates ε, so it is
-  # nearly always feasible for PLD).
-  cheap = _DEFAULT_CHEAP
+
+  def qs(x, idx):
+    v = _from_x(kind, x)
+    return (a[idx], v) if kind == "sigma" else (v, a[idx])
+
+  def rdp_eps(x, idx):
+    return _host_epsilon(*qs(x, idx), b[idx], delta[idx])
+
+  def pld_eps(x, idx):
+    return _check_epsilon("pld", *qs(x, idx), b[idx], delta[idx], None)
+
   x0 = _first_guess(kind, target, delta, a, b)
   x0 = np.clip(np.where(np.isfinite(x0), x0, xmax), xmin, xmax)
-  hi, has_hi, _, _, _ = _map_chunks(_solver_fn(kind, cheap, 40),
-                                    [x0, a, b, target, delta, np.full(n, 1e-3)],
-                                    [_PAD[k] for k in "xabtdt"])
-  x0 = np.where(has_hi, hi, x0)
-
-  def eps_of_x(x, idx):
-    v = _from_x(kind, x)
-    q, s = (a[idx], v) if kind == "sigma" else (v, a[idx])
-    return _check_epsilon("pld", q, s, b[idx], delta[idx], None)
-
-  with nx.x64():
-    st = _init(jnp.asarray(x0), jnp.asarray(eps_of_x(x0, np.arange(n))), jnp.asarray(target),
-               xmin, xmax)
-    for _ in range(60):
-      done = np.asarray(_done(st, xmin, xmax, tol))
-      if done.all():
-        break
-      p = np.asarray(_propose(st, xmin, xmax, tol))
-      # Every configuration is evaluated each round (the settled ones at
-      # their answer): the batched PLD compiles one program per set of grid
-      # shapes, and a shrinking subset would compile a new set every round.
-      p = np.where(done, np.asarray(st.hi), p)
-      e = eps_of_x(p, np.arange(n))
-      st = _update(st, jnp.asarray(p), jnp.asarray(e), jnp.asarray(target), jnp.asarray(~done))
-    hi = np.asarray(st.hi)
-    has_hi = np.asarray(st.has_hi)
-  unreachable = ~has_hi
-  return np.where(has_hi, _from_x(kind, hi), np.nan), unreachable
+  with np.errstate(all="ignore"):
+    start = _host_bracket.solve(rdp_eps, target, x0, xmin, xmax, _PLD_START_TOL)
+    slope = (np.log(start.eps_hi) - np.log(start.eps_lo)) / (start.hi - start.lo)
+  slope = np.where(np.isfinite(slope) & (slope < 0), slope, -1.0)
+  x0 = np.where(start.has_hi, start.hi, start.lo)
+  sol = _host_bracket.solve(pld_eps, target, x0, xmin, xmax, 0.5 * max(rtol, 1e-9), slope)
+  return np.where(sol.has_hi, _from_x(kind, sol.hi), np.nan), ~sol.has_hi
 
 
 def _boundary(kind, accountant, target, delta, a, b, orders_checked, orders, rtol):

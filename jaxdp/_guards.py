@@ -100,9 +100,10 @@ def one_step_delta(q, sigma, epsilon):
 
 
 def _padded(*arrays):
-  """Flattens and pads to a power-of-two length >= 8 (few compiled shapes)."""
+  """Flattens and pads to a power-of-two length >= 64 (few compiled shapes:
+  one for every batch of up to 64, e.g. all the rounds of a calibration)."""
   n = arrays[0].size
-  m = 1 << max(3, (max(n, 1) - 1).bit_length())
+  m = 1 << max(6, (max(n, 1) - 1).bit_length())
   fills = (0.5, 1.0, 0.0)
   return [np.concatenate([a.ravel(), np.full(m - n, f)]) for a, f in zip(arrays, fills)]
 
