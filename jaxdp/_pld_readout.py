@@ -58,7 +58,7 @@ def grid_deltas(w, h):
   return d, s
 
 
-def epsilon_on_window(w, start, h, inf_mass, targets, lower=False):
+def epsilon_on_window(w, start, h, inf_mass, targets, lower=False, per_node=0.0):
   """Smallest ε with δ(ε) <= target, for each target (exact on the
   piecewise-exponential δ of the discrete PMF).
 
@@ -71,8 +71,11 @@ def epsilon_on_window(w, start, h, inf_mass, targets, lower=False):
 
   Args:
     w: (N,) composed PMF.  start: loss index of w[0].  h: grid interval.
-    inf_mass: mass at +∞ (with the round-off allowances of the upper bound).
+    inf_mass: mass at +∞.
     targets: (K,) δ's.  lower: read the lower bound (optimistic PMF).
+    per_node: round-off allowance per node (>= 0): δ at a node is raised
+      (lower: lowered) by it times the number of nodes above that node, the
+      nodes whose masses enter its sum.
   Returns:
     (K,) ε's: +∞ where ``inf_mass`` alone exceeds the target; the first
     node (upper) or -∞ (lower) where δ at the first node is already <= the
@@ -84,7 +87,9 @@ def epsilon_on_window(w, start, h, inf_mass, targets, lower=False):
     return np.full(targets.shape, np.nan)
   d, s = grid_deltas(w, h)
   infl = 64.0 * size * _EPS
-  d = d * (1.0 - infl if lower else 1.0 + infl) + inf_mass
+  above = per_node * np.arange(size - 1, -1, -1, dtype=np.float64)
+  d = d * (1.0 - infl) - above if lower else d * (1.0 + infl) + above
+  d = d + inf_mass
   # The last node above each target (D is non-increasing only up to
   # round-off; -1 when none is).
   k = np.array([np.max(np.flatnonzero(d > t), initial=-1) for t in targets], np.int64)
@@ -100,15 +105,17 @@ def epsilon_on_window(w, start, h, inf_mass, targets, lower=False):
   return np.where(inf_mass > targets, np.inf, eps)
 
 
-def delta_on_window(w, start, h, inf_mass, eps):
-  """δ(ε) = Σ_{ℓ_k > ε} w_k (1 - e^{ε - ℓ_k}) + inf_mass for each ε in ``eps``
-  (direct sums over the window: no cancellation, since every term is a
-  product of w_k with a factor in [0, 1))."""
+def delta_on_window(w, start, h, inf_mass, eps, per_node=0.0):
+  """δ(ε) = Σ_{ℓ_k > ε} (w_k (1 - e^{ε - ℓ_k}) + per_node) + inf_mass for
+  each ε in ``eps`` (direct sums over the window: no cancellation, since
+  every term is a product of w_k with a factor in [0, 1)); ``per_node``: the
+  round-off allowance of each node that enters the sum (negative for a lower
+  bound)."""
   loss = (start + np.arange(w.shape[-1])) * h
   out = np.empty(np.shape(eps))
   for i, e in enumerate(np.asarray(eps, np.float64)):
     sel = loss > e
-    out[i] = np.sum(w[sel] * -np.expm1(e - loss[sel])) + inf_mass
+    out[i] = np.sum(w[sel] * -np.expm1(e - loss[sel])) + per_node * np.count_nonzero(sel) + inf_mass
   return out
 
 
@@ -129,29 +136,34 @@ def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, want_e
   Returns:
     (upper, lower): (m, K) NumPy arrays.
 
-  Round-off: the empirical FFT allowance ``4 · N · level`` (level = the
-  larger of the most negative entry and eps_machine times the largest one)
-  plus the powers' amplification ``power_err`` is added to the pessimistic
-  δ (booked with the infinity atom: clipping the negative FFT noise to zero
-  can otherwise drop up to N·|noise| of δ) and subtracted, with ``wrap``,
-  from the optimistic one.  Where the allowance alone exceeds a target δ,
-  the upper ε is +∞ and ``jaxdp.epsilon`` reports the RDP bound.
+  Round-off, per node of the window: the empirical FFT allowance
+  ``4 · level`` (level = the larger of the most negative entry and
+  eps_machine times the largest one: clipping the negative FFT noise to zero
+  can otherwise drop up to |noise| per node) plus the powers' amplification
+  ``power_err / N`` (``power_err`` bounds Σ_f |Δspec_f|, the spectrum's
+  summed error, and by the triangle inequality on the inverse DFT every
+  node's error is at most that over N). δ at ε sums the nodes above ε only,
+  so it carries the allowance of those nodes: added to the pessimistic δ,
+  subtracted (with ``wrap``) from the optimistic one. (Booking N nodes'
+  allowance at every ε, as before, made the upper ε +∞ at δ <= ~1e-10
+  after ~10⁵ steps, where ``jaxdp.epsilon`` then reported the RDP bound.)
   """
   m = len(start)
   size = w.shape[-1]
-  allowance = 4.0 * size * np.asarray(level) + np.asarray(power_err)
+  per_node = 4.0 * np.asarray(level) + np.asarray(power_err) / size
   upper = np.empty(queries.shape)
   lower = np.empty(queries.shape)
   for r in range(m):
     w_p = np.maximum(w[r], 0.0)
     w_o = w[m + r]
-    inf_up = inf_mass[r] + allowance[r]
-    slack = allowance[m + r] + wrap[r]
     if want_epsilon:
-      upper[r] = epsilon_on_window(w_p, start[r], h[r], inf_up, queries[r]) + shift[0][r]
-      lower[r] = epsilon_on_window(w_o, start[r], h[r], 0.0, queries[r] + slack,
-                                   lower=True) + shift[1][r]
+      upper[r] = epsilon_on_window(w_p, start[r], h[r], inf_mass[r], queries[r],
+                                   per_node=per_node[r]) + shift[0][r]
+      lower[r] = epsilon_on_window(w_o, start[r], h[r], 0.0, queries[r] + wrap[r], lower=True,
+                                   per_node=per_node[m + r]) + shift[1][r]
     else:
-      upper[r] = delta_on_window(w_p, start[r], h[r], inf_up, queries[r] - shift[0][r])
-      lower[r] = delta_on_window(w_o, start[r], h[r], 0.0, queries[r] - shift[1][r]) - slack
+      upper[r] = delta_on_window(w_p, start[r], h[r], inf_mass[r], queries[r] - shift[0][r],
+                                 per_node=per_node[r])
+      lower[r] = delta_on_window(w_o, start[r], h[r], 0.0, queries[r] - shift[1][r],
+                                 per_node=-per_node[m + r]) - wrap[r]
   return upper, lower

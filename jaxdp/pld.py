@@ -108,13 +108,14 @@ with dp_accounting's PLD accountant to ~1e-4 relative.
 Round-off: bucket masses come from tail-aware Gaussian CDF differences (absolute
 error ~1e-16 of the tail, not of 1); the FFT adds absolute errors of the order
 of machine epsilon times the largest composed mass per grid point.  Both
-bounds carry an empirical allowance,
-``4 · N · max(-min(w), eps_machine · max(w))`` for a composed window w of N
-points (typically 1e-13 to 1e-11 absolute; not a proven bound): added to the
-pessimistic δ (booked with the infinity atom), subtracted from the optimistic
-one; and the
-optimistic slacks carry a 1e-6 relative margin against the round-off in the
-tangent gaps where the caps allow.
+bounds carry an empirical allowance per node of the composed window w of N
+points, ``4 · max(-min(w), eps_machine · max(w))`` (not a proven bound) plus
+the T-th powers' amplification of the spectrum's round-off over N (a bound
+on every node's error by the triangle inequality on the inverse DFT); δ(ε)
+carries the allowance of the nodes above ε, the ones its sum reads
+(:func:`jaxdp._pld_readout.answer`): added to the pessimistic δ, subtracted
+from the optimistic one.  The optimistic slacks carry a 1e-6 relative margin
+against the round-off in the tangent gaps where the caps allow.
 
 Code layout: :mod:`jaxdp._pld_step` holds the one-step discretisation (loss
 geometry, packed block layout, pessimistic/optimistic buckets, Chernoff window

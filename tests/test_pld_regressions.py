@@ -284,11 +284,14 @@ def test_kernel_infinity_falls_back_to_the_general_engine():
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_window_epsilon_is_the_crossing_of_the_direct_delta(seed):
+@pytest.mark.parametrize("with_allowance", [False, True])
+def test_window_epsilon_is_the_crossing_of_the_direct_delta(seed, with_allowance):
   """The host read-out's ε(δ) on a composed window is the crossing of the
-  direct sum δ(ε) = Σ_{ℓ_k > ε} w_k (1 - e^{ε - ℓ_k}) + p_∞: at the upper ε
-  the direct δ is <= the target, 1e-4 of a grid step below it is above
-  (the summation allowance moves it up by ~64·n ulps of δ); the lower ε sits at or below the crossing; δ(ε) equals the direct
+  direct sum δ(ε) = Σ_{ℓ_k > ε} (w_k (1 - e^{ε - ℓ_k}) ± a) + p_∞, a the
+  round-off allowance per node above ε (+ for the upper bound, - for the
+  lower one): at the upper ε the direct δ is <= the target, 1e-4 of a grid
+  step below it is above (the summation allowance moves it up by ~64·n ulps
+  of δ); the lower ε sits at or below the crossing; δ(ε) equals the direct
   sum; +∞ where the infinity mass alone exceeds the target."""
   from jaxdp import _pld_readout as R
   rng = np.random.default_rng(seed)
@@ -298,23 +301,46 @@ def test_window_epsilon_is_the_crossing_of_the_direct_delta(seed):
   w = rng.random(n) ** 8
   w /= w.sum()
   inf_mass = float(10 ** rng.uniform(-14, -8))
+  a = float(10 ** rng.uniform(-9, -6)) if with_allowance else 0.0
   loss = (start + np.arange(n)) * h
 
-  def direct(e):
+  def direct(e, sign=1.0):
     sel = loss > e
-    return float(np.sum(w[sel] * -np.expm1(e - loss[sel]))) + inf_mass
+    return (float(np.sum(w[sel] * -np.expm1(e - loss[sel]))) + sign * a * np.count_nonzero(sel)
+            + inf_mass)
 
   targets = 10 ** rng.uniform(-7, -1, 5)
-  up = R.epsilon_on_window(w, start, h, inf_mass, targets)
-  lo = R.epsilon_on_window(w, start, h, inf_mass, targets, lower=True)
+  up = R.epsilon_on_window(w, start, h, inf_mass, targets, per_node=a)
+  lo = R.epsilon_on_window(w, start, h, inf_mass, targets, lower=True, per_node=a)
   for t, e_up, e_lo in zip(targets, up, lo):
     if direct(loss[0]) <= t:   # already below the target at the first node
       assert e_up == start * h
       continue
     assert direct(e_up) <= t
     assert direct(e_up - 1e-4 * h) > t
-    assert e_lo <= e_up and direct(e_lo) >= t * (1 - 1e-12)
+    assert e_lo <= e_up
+    assert e_lo == -np.inf or direct(e_lo, -1.0) >= t * (1 - 1e-12)
   eps = rng.uniform(loss[0], loss[-1], 6)
-  np.testing.assert_allclose(R.delta_on_window(w, start, h, inf_mass, eps),
-                             [direct(e) for e in eps], rtol=1e-12)
+  for sign in (1.0, -1.0):
+    np.testing.assert_allclose(R.delta_on_window(w, start, h, inf_mass, eps, per_node=sign * a),
+                               [direct(e, sign) for e in eps], rtol=1e-12)
   assert np.all(R.epsilon_on_window(w, start, h, 0.5, np.array([0.1, 0.4])) == np.inf)
+
+
+def test_round_off_allowance_counts_the_nodes_above_the_query():
+  """q = 1.8e-3, σ = 3.65, T = 81023, δ = 8.2e-11 (an ordinary DP-SGD run
+  with δ << 1/N): the FFT round-off allowance of the whole window (1.6e-10 of
+  the powers alone) exceeded δ, the kernel's upper ε was +∞ and
+  jaxdp.epsilon(pld) reported the RDP bound (0.8685). With the allowance of
+  the nodes above ε only it is finite, and its interval is consistent with
+  the general engine's (which bounds round-off by tilting)."""
+  from jaxdp import _numerics as nx
+  from jaxdp import pld_general
+  from jaxdp._tight_calibrate import poisson_phases
+  args = (0.0017728413706949182, 3.6489911547677814, 81023.0, 8.190274576388081e-11)
+  with nx.x64():
+    lo, up, rdp = pld.guarded_bounds("epsilon", *args)
+  g_lo, g_up = pld_general.epsilon(poisson_phases(*args[:3]), args[3], return_bounds=True)
+  assert np.isfinite(up) and up < rdp
+  assert float(lo) <= float(g_up) and float(g_lo) <= float(up)
+  assert float(jaxdp.epsilon(*args, accountant="pld")) == float(up)
