@@ -451,8 +451,8 @@ def _pld_boundary(kind, target, delta, a, b, rtol):
   targets, first slope -2: ε_RDP falls faster than 1/σ at small σ), with the
   RDP curve's secant slope there as the PLD rounds' first slope. (Stopping the
   start after 4 rounds, a few percent from the RDP boundary, cost two more
-  PLD rounds of ~0.7 s on the 32 targets of ``benchmarks/calibration.py``.) The PLD rounds evaluate only the targets
-  still open (the batched PLD's programs depend on the FFT lengths and the
+  PLD rounds of ~0.7 s on the 32 targets of ``benchmarks/calibration.py``.)
+  The PLD rounds evaluate only the targets still open (the batched PLD's programs depend on the FFT lengths and the
   one-step chunk sizes, not on the number of configurations), and the answer
   is the smallest σ (largest q) whose ε the guarded PLD evaluated <= target.
   """
