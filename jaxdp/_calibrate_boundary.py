@@ -452,9 +452,10 @@ def _pld_boundary(kind, target, delta, a, b, rtol):
   RDP curve's secant slope there as the PLD rounds' first slope. (Stopping the
   start after 4 rounds, a few percent from the RDP boundary, cost two more
   PLD rounds of ~0.7 s on the 32 targets of ``benchmarks/calibration.py``.)
-  The PLD rounds evaluate only the targets still open (the batched PLD's programs depend on the FFT lengths and the
-  one-step chunk sizes, not on the number of configurations), and the answer
-  is the smallest σ (largest q) whose ε the guarded PLD evaluated <= target.
+  The PLD rounds evaluate only the targets still open (the batched PLD's
+  programs depend on the FFT lengths and the one-step chunk sizes, not on
+  the number of configurations), and the answer is the smallest σ (largest
+  q) whose ε the guarded PLD evaluated <= target.
   """
   xmin, xmax = _bounds(kind)
 
