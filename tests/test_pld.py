@@ -290,7 +290,8 @@ def test_packed_segmented_sums_match_loops():
     # lose the small ones; the per-row sums must keep relative precision.
     x = 10.0 ** rng.uniform(-200, 0, lay.j.shape)
     ok = rng.uniform(size=lay.j.shape) > 1e-3
-    cs, rcs, good = (np.asarray(v) for v in (lay.cumsum(x), lay.rcumsum(x), lay.all(ok)))
+    cs, rcs, good, tot = (np.asarray(v) for v in (lay.cumsum(x), lay.rcumsum(x), lay.all(ok),
+                                                   lay.total(x)))
   flat = x.reshape(-1)
   okf = ok.reshape(-1)
   for r, n in enumerate(LENGTHS):
@@ -300,6 +301,7 @@ def test_packed_segmented_sums_match_loops():
     ref_r = np.cumsum(seg[::-1])[::-1] + pad.sum()
     np.testing.assert_allclose(cs.reshape(-1)[start[r]:start[r] + n], ref_c, rtol=1e-13)
     np.testing.assert_allclose(rcs.reshape(-1)[start[r]:start[r] + n], ref_r, rtol=1e-13)
+    np.testing.assert_allclose(tot[r], ref_r[0], rtol=1e-13)
     blk = okf[start[r]:start[r] + -(-n // pld._BLK) * pld._BLK]
     assert good[r] == blk.all()
 
