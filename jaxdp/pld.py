@@ -485,7 +485,8 @@ def epsilon(q, sigma, steps, delta, *, value_discretization_interval=None, rtol=
   <= ``delta`` (solved exactly on the piecewise-exponential δ of the discrete
   PLD, then nudged up by a few ulps), so δ(ε) <= delta holds for the mechanism.
   +inf when the infinity mass alone exceeds ``delta``. Where the kernel's
-  FFT round-off allowance exceeds ``delta`` (extreme inputs), the general
+  FFT round-off allowance is comparable to ``delta`` (extreme inputs: its
+  upper ε is +∞, or its certified interval is over 10% wide), the general
   engine's interval is intersected in (:mod:`jaxdp._pld_fallback`, up to 4
   configurations per call, seconds each).
 
@@ -513,9 +514,9 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
   guards compared it with (host level: call under float64).
 
   With ``finite_fallback`` (what :func:`epsilon` reports on its own), an
-  upper ε of +∞ is replaced by the general engine's where that is finite
-  (:mod:`jaxdp._pld_fallback`); ``jaxdp.epsilon`` does not need it, since
-  it reports the minimum with the RDP bound.
+  interval that is +∞ or wide is intersected with the general engine's
+  (:mod:`jaxdp._pld_fallback`); ``jaxdp.epsilon`` skips it (seconds per
+  configuration) and reports the minimum with the RDP bound.
 
   Returns:
     ``(lower, upper, rdp_upper)`` NumPy arrays of the broadcast shape.
