@@ -181,54 +181,48 @@ def _flip(x):
 
 def _seg_cumsum(x, reset):
   """Inclusive cumulative sums along the flat order of (k, blocks, _BLK) arrays,
-  restarting at the blocks flagged in ``reset`` (k, blocks).
-
-  Within blocks one cumsum; across blocks a segmented log-depth scan of the
-  block totals (a sequential loop over the blocks cost ~10 µs per block on
-  the CPU, most of this function's time).
-  """
+  restarting at the blocks flagged in ``reset`` (k, blocks)."""
   c = jnp.cumsum(x, axis=-1)
 
-  def combine(first, then):   # segmented sum: a flagged element restarts it
-    f1, s1 = first
-    f2, s2 = then
-    return f1 | f2, jnp.where(f2, s2, s1 + s2)
+  def step(carry, inp):
+    tot, first = inp
+    carry = jnp.where(first, 0.0, carry)
+    return carry + tot, carry
 
-  _, inc = jax.lax.associative_scan(combine, (reset, c[..., -1]), axis=-1)
-  # Sum entering each block: the previous blocks' inclusive sum, 0 at a reset.
-  off = jnp.concatenate([jnp.zeros_like(inc[..., :1]), inc[..., :-1]], axis=-1)
-  return c + jnp.where(reset, 0.0, off)[..., None]
-
-
-def _minplus(first, then):
-  """Composition of the maps y -> min(c, y + w): ``first`` then ``then``."""
-  c1, w1 = first
-  c2, w2 = then
-  return jnp.minimum(c2, c1 + w2), w1 + w2
+  _, off = jax.lax.scan(step, jnp.zeros(x.shape[0], x.dtype), (c[..., -1].T, reset.T))
+  return c + off.T[..., None]
 
 
 def _scan_minplus(cap, w, reset):
   """y = min(cap, y_prev + w) along the flat order of (k, blocks, _BLK) arrays,
   with y_prev = +inf at the start of the blocks flagged in ``reset`` (k, blocks).
 
-  The map y -> min(c, y + w) composes associatively (:func:`_minplus`), so
-  the recursion runs as a log-depth scan inside every block, a log-depth scan
-  over the block aggregates (a block that restarts is the map y -> c, i.e.
-  w = +inf), and one elementwise pass.  Only the sums of the w's are
-  reassociated, as in any parallel scan (all w >= 0 here, so each sum keeps
-  its relative precision).  (Sequential loops, of _BLK steps inside the
-  blocks and over the blocks, measured several times slower on the 2-core
-  CPU.)
+  The map y -> min(c, y + w) composes associatively, so the recursion runs as
+  a sequential scan inside every block (all blocks advancing together as one
+  vector), a sequential scan over the block aggregates, and one elementwise
+  pass; only the sums of the w's are reassociated, as in any parallel scan
+  (all w >= 0 here, so each sum keeps its relative precision).
   """
-  lc, lw = jax.lax.associative_scan(_minplus, (cap, w), axis=-1)
-  inf = jnp.asarray(jnp.inf, cap.dtype)
-  bc, _ = jax.lax.associative_scan(
-      _minplus, (lc[..., -1], jnp.where(reset, inf, lw[..., -1])), axis=-1)
-  # Value entering each block: the previous blocks' composition applied to
-  # +inf (its c), +inf at a restart.
-  y_in = jnp.concatenate([jnp.full_like(bc[..., :1], jnp.inf), bc[..., :-1]], axis=-1)
-  y_in = jnp.where(reset, inf, y_in)
-  return jnp.minimum(lc, y_in[..., None] + lw)
+  c = jnp.moveaxis(cap, -1, 0)  # (_BLK, k, blocks)
+  ww = jnp.moveaxis(w, -1, 0)
+  inf = jnp.full(c.shape[1:], jnp.inf, cap.dtype)
+
+  def step(carry, x):
+    cp, wp = carry
+    ci, wi = x
+    out = (jnp.minimum(ci, cp + wi), wp + wi)
+    return out, out
+
+  _, (lc, lw) = jax.lax.scan(step, (inf, jnp.zeros_like(inf)), (c, ww))
+
+  def block_step(y, x):
+    cb, wb, first = x
+    y = jnp.where(first, jnp.inf, y)
+    return jnp.minimum(cb, y + wb), y  # emits the value entering the block
+
+  _, y_in = jax.lax.scan(block_step, inf[:, 0], (lc[-1].T, lw[-1].T, reset.T))
+  y = jnp.minimum(lc, y_in.T[None] + lw)
+  return jnp.moveaxis(y, 0, -1)
 
 
 def _single_step(q, sigma, h, i_lo, lay, *, remove):
