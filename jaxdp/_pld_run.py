@@ -1,0 +1,209 @@
+"""Host orchestration of :mod:`jaxdp.pld`'s batched pipeline: one-step PMFs
+of every configuration and direction in packed chunks (:mod:`jaxdp._pld_step`),
+composition windows grouped by FFT length (:mod:`jaxdp._pld_compose`), host
+read-out of the composed windows (:mod:`jaxdp._pld_readout`), and the memory
+caps.  The mathematics is in the docstring of :mod:`jaxdp.pld`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxdp import _pld_extra
+from jaxdp import _pld_readout
+from jaxdp._pld_compose import _compose_group
+from jaxdp._pld_step import (_MAX_ELEMS, _MAX_FFT, _MAX_STEP_GRID, _TAIL, _chunks,
+                             _grid_range, _pack, _pow2, _stage1)
+
+
+def _fft_size(n, least=2 ** 12):
+  """Smallest power of two >= max(n, least): the FFT length of a window."""
+  return _pow2(max(int(n), least))
+
+
+# Rows per composition call, a function of the FFT length alone: short
+# windows (<= _BATCHED_MAX points) in batches of _ROWS (the last one padded
+# with copies: cheap at that length), longer ones one configuration per call.
+# One compiled program per FFT length, whatever the number of configurations
+# sharing it, so new configurations and calibration rounds reuse programs.
+_ROWS = 8
+_BATCHED_MAX = 2 ** 15
+
+
+def _row_batches(idx, cap, size):
+  """Index batches of one FFT length ``size``: (padded indices, real count)
+  pairs (``cap``: the memory cap in rows)."""
+  rows = 1 if size > _BATCHED_MAX else max(1, min(_ROWS, _pow2(cap + 1, least=1) // 2))
+  out = []
+  for c0 in range(0, len(idx), rows):
+    sel = idx[c0:c0 + rows]
+    out.append((np.concatenate([sel, np.full(rows - len(sel), sel[0])]), len(sel)))
+  return out
+
+
+def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None):
+  """Composes U configurations (both directions) and answers (U, K) queries.
+
+  Args:
+    q, sigma, steps: (U, P) phases of each configuration (steps 0 = padding);
+      (U,) is read as one phase.
+    h: (U,) grid interval.  queries: (U, K) ε's or target δ's.
+    extra: None, or U lists of (``jaxdp.pairs.Mechanism``, count): other
+      events of each configuration, discretised on its grid on the host
+      (:mod:`jaxdp._pld_extra`) and composed as more phases of the kernel.
+  Returns:
+    (upper, lower, grow): (U, K) arrays, for want_epsilon the ε bounds for
+    target δ's, otherwise the δ bounds for given ε's; and (U,) factors by
+    which h must grow for configurations whose one-step grid or composed
+    window would exceed the memory caps (``_MAX_STEP_GRID``, ``_MAX_FFT``).
+    Those are not composed (their bounds stay -inf) and no memory is
+    allocated for them: the window is known from the Chernoff edges before
+    the FFT buffer exists.
+  """
+  q, sigma, steps = (np.asarray(a, np.float64).reshape(len(h), -1) for a in (q, sigma, steps))
+  u_count, n_ph = q.shape
+  k_count = queries.shape[1]
+  upper = np.full((u_count, k_count), -np.inf)
+  lower = np.full((u_count, k_count), -np.inf)
+  hh_rows = np.repeat(h, n_ph)
+  qf, sf, tf = q.ravel(), sigma.ravel(), steps.ravel()
+  live = tf > 0
+  grow = np.ones(u_count)
+  pending = []
+  extra = [[] for _ in range(u_count)] if extra is None else [list(e) for e in extra]
+  n_ex = max((len(e) for e in extra), default=0)
+  caches = [{} for _ in range(u_count)]
+  for remove in (True, False):
+    i_lo, i_hi = _grid_range(qf, sf, tf, hh_rows, remove)
+    i_lo = np.where(live, i_lo, 0)
+    n = np.where(live, i_hi - i_lo + 1, 1)
+    # Rows whose one-step grid alone exceeds the cap: not built (their
+    # configuration is flagged to grow h).
+    row_grow = np.where(live, n / _MAX_STEP_GRID, 0.0).reshape(u_count, n_ph).max(1)
+    grow = np.maximum(grow, row_grow)
+    live_r = live & np.repeat(grow <= 1.0, n_ph)
+    rows = len(qf)
+    p_pess = [np.zeros(1)] * rows
+    p_opt = [np.zeros(1)] * rows
+    inf1 = np.zeros(rows)
+    a = np.zeros(rows)
+    b = np.zeros(rows)
+    idx = np.nonzero(live_r)[0]
+    staged = []
+    for part, nb_pad in _chunks(n[idx]):
+      sel = idx[np.asarray(part)]
+      rob, j0, start, n_rows = _pack(n[sel], nb_pad)
+      r_pad, m = len(start), len(sel)
+
+      def pad(x, fill):
+        return np.concatenate([x[sel], np.full(r_pad - m, fill, x.dtype)])
+
+      staged.append((sel, start, m, _stage1(pad(qf, 0.5), pad(sf, 1.0), pad(hh_rows, 1.0),
+                                            pad(i_lo, 0), pad(tf, 1.0), rob, j0, start, n_rows,
+                                            remove=remove)))
+    # Other events on each configuration's grid (jaxdp._pld_extra), on the
+    # host while the kernels above run.
+    on = [None] * u_count
+    for u in np.nonzero(grow <= 1.0)[0] if n_ex else ():
+      if extra[u]:
+        on[u] = _pld_extra.on_grid(extra[u], float(h[u]), remove, caches[u])
+    for sel, start, m, out in staged:
+      pp, inf_p, po, aa, bb = (np.asarray(o) for o in out)
+      for r, k in enumerate(sel):
+        p_pess[k] = pp[start[r]:start[r] + n[k]]
+        p_opt[k] = po[start[r]:start[r] + n[k]]
+      inf1[sel] = inf_p[:m]
+      a[sel] = aa[:m]
+      b[sel] = bb[:m]
+    # Union bound over phases: the window of the sum is the sum of windows.
+    a_cfg = a.reshape(u_count, n_ph).sum(1)
+    b_cfg = b.reshape(u_count, n_ph).sum(1)
+    log_keep = (steps * np.log1p(-inf1.reshape(u_count, n_ph))).sum(1)
+    n_cfg = n.reshape(u_count, n_ph)
+    lo_cfg = i_lo.reshape(u_count, n_ph)
+    # The other events' windows and +inf masses join the Gaussian phases'.
+    inf_cfg, shift, ex_width = _pld_extra.join(on, extra, grow, a_cfg, b_cfg, log_keep)
+    inf_cfg += _TAIL * (n_ph + n_ex)
+    wrap_cfg = np.full(u_count, _TAIL * (n_ph + n_ex))
+    # Window lengths: powers of two only. Each configuration's window depends
+    # on that configuration alone (its answer does not depend on what else
+    # is in the call), and few distinct lengths means few compiled programs
+    # (f·2^k lengths, f in {1,3,5,7,9}, wasted less FFT work but compiled up
+    # to five programs per octave).
+    size = np.array([_fft_size(k) for k in (b_cfg - a_cfg + 1)])
+    ok_cfg = grow <= 1.0
+    grow = np.maximum(grow, np.where(ok_cfg, size / _MAX_FFT, 0.0))
+    size = np.where(grow <= 1.0, size, 0)
+    for sz in np.unique(size[size > 0]):
+      idx = np.nonzero(size == sz)[0]
+      chunk = max(1, _MAX_ELEMS // (int(sz) * (n_ph + n_ex)))
+      for sel, m in _row_batches(idx, chunk, int(sz)):
+        # One program per (rows, FFT length): PMFs padded to the window (or,
+        # rarely, to a one-step grid longer than it).
+        width = max(int(sz), _pow2(max(np.max(n_cfg[sel]), np.max(ex_width[sel]))))
+        pp = np.zeros((len(sel), n_ph + n_ex, width))
+        po = np.zeros((len(sel), n_ph + n_ex, width))
+        lo_all = np.zeros((len(sel), n_ph + n_ex), np.int64)
+        st_int = np.zeros((len(sel), n_ph + n_ex), np.int64)   # count 0: padding
+        lo_all[:, :n_ph] = lo_cfg[sel]
+        st_int[:, :n_ph] = steps[sel]
+        for r, k in enumerate(sel):
+          for ph in range(n_ph):
+            row = k * n_ph + ph
+            pp[r, ph, :n[row]] = p_pess[row]
+            po[r, ph, :n[row]] = p_opt[row]
+          if on[k]:
+            _pld_extra.place(on[k], n_ph, pp[r], po[r], lo_all[r], st_int[r])
+        # traced, per phase: no recompiles
+        nbits = np.array([max(1, int(t).bit_length()) for t in st_int.max(axis=0)], np.int32)
+        win_start = a_cfg[sel].astype(np.int64)
+        composed = _compose_group(np.concatenate([pp, po]), lo_all, st_int, win_start, nbits,
+                                  size=int(sz))
+        real = sel[:m]
+        pending.append((real, len(sel), composed, (win_start[:m], h[real], inf_cfg[real],
+                                                   queries[real], wrap_cfg[real],
+                                                   shift[:, real])))
+  # Read-outs on the host (jaxdp._pld_readout), in dispatch order: while one
+  # group's windows are read out, XLA composes the later groups.
+  for real, rows, composed, args in pending:
+    m = len(real)
+    keep = np.r_[0:m, rows:rows + m]   # the real rows, not the padding copies
+    up, lo = _pld_readout.answer(*(np.asarray(o)[keep] for o in composed), *args,
+                                 want_epsilon=want_epsilon)
+    upper[real] = np.maximum(upper[real], up)
+    lower[real] = np.maximum(lower[real], lo)
+  over = grow > 1.0
+  upper[over] = np.nan
+  lower[over] = np.nan
+  return upper, lower, grow
+
+
+def _run_within_memory(q, sigma, steps, h, queries, *, want_epsilon, automatic, extra=None):
+  """:func:`_run` with the memory caps enforced for every input.
+
+  Configurations whose grids would exceed the caps are recomputed with h
+  grown by the reported factor (automatic grids; the answer stays a
+  certified bound, only coarser), or rejected with a ``ValueError`` naming
+  ``value_discretization_interval`` when the caller fixed h.
+  """
+  h = np.asarray(h, np.float64).copy()
+  q, sigma, steps = (np.asarray(a, np.float64).reshape(len(h), -1) for a in (q, sigma, steps))
+  upper, lower, grow = _run(q, sigma, steps, h, queries, want_epsilon=want_epsilon, extra=extra)
+  for _ in range(8):
+    over = np.nonzero(grow > 1.0)[0]
+    if not len(over):
+      break
+    if not automatic:
+      k = over[0]
+      raise ValueError(
+          f"value_discretization_interval={h[k]!r} needs a loss grid {grow[k]:.3g} times "
+          f"larger than the memory cap for q={q[k].tolist()}, sigma={sigma[k].tolist()}, "
+          f"steps={steps[k].tolist()}; use at least {h[k] * grow[k] * 1.05:.6g} or None.")
+    h[over] *= grow[over] * 1.05
+    u, l, g = _run(q[over], sigma[over], steps[over], h[over], queries[over],
+                   want_epsilon=want_epsilon,
+                   extra=None if extra is None else [extra[i] for i in over])
+    upper[over], lower[over] = u, l
+    grow = np.ones_like(grow)
+    grow[over] = g
+  return upper, lower
