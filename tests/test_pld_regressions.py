@@ -263,6 +263,28 @@ def test_window_read_out_matches_the_recursion(n):
     assert np.max(np.abs(d - d_ref) / np.maximum(d_ref, 1e-300)) < 1e-12, h
 
 
+def test_fallback_runs_where_the_interval_is_infinite_or_wide(monkeypatch):
+  """The general engine is asked exactly for the configurations whose kernel
+  interval is +∞ or wider than WIDE of its upper end (or of 0.1 for small ε),
+  and its interval is intersected with the kernel's (stub engine: no seconds)."""
+  from jaxdp import _pld_fallback
+  asked = []
+
+  def general(q, sigma, steps, deltas, rtol):
+    asked.append(q)
+    return np.full(len(deltas), 1.2), np.full(len(deltas), 1.3)
+
+  monkeypatch.setattr(_pld_fallback, "_general", general)
+  q = np.array([0.1, 0.2, 0.3, 0.4, 0.5])
+  lo = np.array([1.0, 1.0, 1.0, 1e-4, -np.inf])
+  up = np.array([np.inf, 1.5, 1.05, 1.6e-4, 0.5])
+  ones = np.ones(5)
+  new_lo, new_up = _pld_fallback.finite_epsilon(q, ones, 100 * ones, 1e-5 * ones, lo, up, 1e-3)
+  assert sorted(asked) == [0.1, 0.2, 0.5]     # +inf; 50% wide; lower end -inf (0)
+  np.testing.assert_array_equal(new_lo, [1.2, 1.2, 1.0, 1e-4, 1.2])
+  np.testing.assert_array_equal(new_up, [1.3, 1.3, 1.05, 1.6e-4, 0.5])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("args,narrow", [((1e-3, 1.0, 10**6, 1e-12), False),
                                          ((1.8e-3, 3.65, 10**5, 1e-12), True)])
