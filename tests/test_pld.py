@@ -306,6 +306,20 @@ def test_packed_segmented_sums_match_loops():
     assert good[r] == blk.all()
 
 
+@pytest.mark.parametrize("lengths", [LENGTHS, [1], [pld._BLK]])
+def test_packed_neighbour_shifts_follow_the_flat_order(lengths):
+  """x_{j+1} and x_{j-1} in the flat order of the packed blocks (across block
+  ends too), zero past either end of the array."""
+  import jax
+  with jax.enable_x64(True):
+    lay, _ = _layout(lengths)
+    x = np.arange(1.0, lay.j.size + 1.0).reshape(lay.j.shape)
+    nxt, prv = (np.asarray(v).reshape(-1) for v in (lay.nxt(x), lay.prv(x)))
+  flat = x.reshape(-1)
+  np.testing.assert_array_equal(nxt, np.append(flat[1:], 0.0))
+  np.testing.assert_array_equal(prv, np.insert(flat[:-1], 0, 0.0))
+
+
 @pytest.mark.parametrize("filler", [np.inf, 0.0])
 def test_packed_minplus_scans_match_loops(filler):
   import jax
