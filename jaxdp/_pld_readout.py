@@ -119,7 +119,20 @@ def delta_on_window(w, start, h, inf_mass, eps, per_node=0.0):
   return out
 
 
-def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, want_epsilon):
+def _read_range(start, h, length, floor):
+  """Node range [k0, length) of a window that a read-out needs: the nodes
+  up to the window's certified top (``length`` = b - a + 1 nodes: the ones
+  above hold at most the truncated mass, already booked at +∞ in the
+  pessimistic result, plus mass wrapped from below the window, which sits
+  at losses below every node read) and from one node below the loss
+  ``floor`` (δ at ε >= floor sums only nodes above ε)."""
+  top = max(int(length) - 1, 0)
+  if not math.isfinite(floor):   # ε = +inf reads no node; NaN: all of them
+    return (top if floor > 0 else 0), int(length)
+  return int(min(max(math.floor(floor / h) - 1 - start, 0), top)), int(length)
+
+
+def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length, want_epsilon):
   """Upper and lower bounds of a group's queries from its composed windows.
 
   Args:
@@ -128,13 +141,20 @@ def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, want_e
       terms (:func:`jaxdp._pld_compose._compose_group`).
     start: (m,) window starts.  h, inf_mass: (m,).  queries: (m, K).
     wrap: (m,) the Chernoff mass that may have wrapped from below the window
-      to its top (_TAIL per phase).  shift: (2, m) loss shifts of
+      to its top (the tail budget per phase).  shift: (2, m) loss shifts of
       host-discretised phases (:mod:`jaxdp._pld_extra`): the pessimistic
       composed losses may be up to shift[0] above their nodes, the
       optimistic ones are at least shift[1] above theirs.
+    length: (m,) nodes of each certified window (<= N).
     want_epsilon: queries are target δ's (else ε's).
   Returns:
     (upper, lower): (m, K) NumPy arrays.
+
+  Only the nodes a query can read are summed (:func:`_read_range`): up to
+  the certified window's top, and from loss 0 (ε queries: a negative ε is
+  reported as 0) or from the smallest queried ε. Dropping nodes only lowers
+  both δ's: the pessimistic one loses nothing that is not booked at +∞, and
+  a lower bound may always drop mass.
 
   Round-off, per node of the window: the empirical FFT allowance
   ``4 · level`` (level = the larger of the most negative entry and
@@ -154,16 +174,22 @@ def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, want_e
   upper = np.empty(queries.shape)
   lower = np.empty(queries.shape)
   for r in range(m):
-    w_p = np.maximum(w[r], 0.0)
-    w_o = w[m + r]
     if want_epsilon:
-      upper[r] = epsilon_on_window(w_p, start[r], h[r], inf_mass[r], queries[r],
-                                   per_node=per_node[r]) + shift[0][r]
-      lower[r] = epsilon_on_window(w_o, start[r], h[r], 0.0, queries[r] + wrap[r], lower=True,
-                                   per_node=per_node[m + r]) + shift[1][r]
+      floor = (0.0, 0.0)
     else:
-      upper[r] = delta_on_window(w_p, start[r], h[r], inf_mass[r], queries[r] - shift[0][r],
+      floor = tuple(float(np.min(queries[r])) - shift[i][r] for i in (0, 1))
+    k0, k1 = _read_range(start[r], h[r], length[r], floor[0])
+    w_p = np.maximum(w[r, k0:k1], 0.0)
+    j0, j1 = _read_range(start[r], h[r], length[r], floor[1])
+    w_o = w[m + r, j0:j1]
+    if want_epsilon:
+      upper[r] = epsilon_on_window(w_p, start[r] + k0, h[r], inf_mass[r], queries[r],
+                                   per_node=per_node[r]) + shift[0][r]
+      lower[r] = epsilon_on_window(w_o, start[r] + j0, h[r], 0.0, queries[r] + wrap[r],
+                                   lower=True, per_node=per_node[m + r]) + shift[1][r]
+    else:
+      upper[r] = delta_on_window(w_p, start[r] + k0, h[r], inf_mass[r], queries[r] - shift[0][r],
                                  per_node=per_node[r])
-      lower[r] = delta_on_window(w_o, start[r], h[r], 0.0, queries[r] - shift[1][r],
+      lower[r] = delta_on_window(w_o, start[r] + j0, h[r], 0.0, queries[r] - shift[1][r],
                                  per_node=-per_node[m + r]) - wrap[r]
   return upper, lower

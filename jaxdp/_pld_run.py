@@ -41,6 +41,19 @@ def _row_batches(idx, cap, size):
   return out
 
 
+# Truncation budget per tail and phase, as a fraction of the smallest target δ
+# of the configuration (ε queries); δ queries keep _TAIL.
+TAIL_FRACTION = 1e-4
+
+
+def _tail_budget(queries, want_epsilon, n_ph):
+  """(U,) truncated mass allowed per tail and phase of each configuration."""
+  if not want_epsilon:
+    return np.full(len(queries), _TAIL)
+  least = np.min(np.asarray(queries, np.float64), axis=1)
+  return np.maximum(_TAIL, TAIL_FRACTION * least / n_ph)
+
+
 def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None):
   """Composes U configurations (both directions) and answers (U, K) queries.
 
@@ -73,8 +86,11 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None):
   extra = [[] for _ in range(u_count)] if extra is None else [list(e) for e in extra]
   n_ex = max((len(e) for e in extra), default=0)
   caches = [{} for _ in range(u_count)]
+  tail = _tail_budget(queries, want_epsilon, n_ph)
+  tail_rows = np.repeat(tail, n_ph)
+  log_inv_rows = -np.log(tail_rows)
   for remove in (True, False):
-    i_lo, i_hi = _grid_range(qf, sf, tf, hh_rows, remove)
+    i_lo, i_hi = _grid_range(qf, sf, tf, hh_rows, remove, tail_rows)
     i_lo = np.where(live, i_lo, 0)
     n = np.where(live, i_hi - i_lo + 1, 1)
     # Rows whose one-step grid alone exceeds the cap: not built (their
@@ -99,8 +115,8 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None):
         return np.concatenate([x[sel], np.full(r_pad - m, fill, x.dtype)])
 
       staged.append((sel, start, m, _stage1(pad(qf, 0.5), pad(sf, 1.0), pad(hh_rows, 1.0),
-                                            pad(i_lo, 0), pad(tf, 1.0), rob, j0, start, n_rows,
-                                            remove=remove)))
+                                            pad(i_lo, 0), pad(tf, 1.0), pad(log_inv_rows, 1.0),
+                                            rob, j0, start, n_rows, remove=remove)))
     # Other events on each configuration's grid (jaxdp._pld_extra), on the
     # host while the kernels above run.
     on = [None] * u_count
@@ -123,8 +139,8 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None):
     lo_cfg = i_lo.reshape(u_count, n_ph)
     # The other events' windows and +inf masses join the Gaussian phases'.
     inf_cfg, shift, ex_width = _pld_extra.join(on, extra, grow, a_cfg, b_cfg, log_keep)
-    inf_cfg += _TAIL * (n_ph + n_ex)
-    wrap_cfg = np.full(u_count, _TAIL * (n_ph + n_ex))
+    inf_cfg += tail * n_ph + _TAIL * n_ex
+    wrap_cfg = tail * n_ph + _TAIL * n_ex
     # Window lengths: powers of two only. Each configuration's window depends
     # on that configuration alone (its answer does not depend on what else
     # is in the call), and few distinct lengths means few compiled programs
@@ -162,7 +178,8 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None):
         real = sel[:m]
         pending.append((real, len(sel), composed, (win_start[:m], h[real], inf_cfg[real],
                                                    queries[real], wrap_cfg[real],
-                                                   shift[:, real])))
+                                                   shift[:, real],
+                                                   (b_cfg - a_cfg + 1)[real].astype(np.int64))))
   # Read-outs on the host (jaxdp._pld_readout), in dispatch order: while one
   # group's windows are read out, XLA composes the later groups.
   for real, rows, composed, args in pending:

