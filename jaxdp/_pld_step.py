@@ -33,7 +33,7 @@ _MAX_FFT = 2 ** 22     # largest FFT length (the window rounded up to f·2^k)
 _MAX_ELEMS = 2 ** 23   # elements per kernel call (batch x grid), to bound memory
 _SQRT_HALF = math.sqrt(0.5)
 _BLK = 512             # points per block of the packed one-step layout (_Rows)
-_CHUNK_BLOCKS = 2 ** 15 // _BLK  # least blocks per one-step kernel call (_chunks)
+_CHUNK_BLOCKS = 2 ** 17 // _BLK  # blocks per one-step kernel call (_chunks)
 _EDGE_PAD = 64         # accuracy margin on the uncertified window edges (_stage1)
 
 
@@ -526,7 +526,10 @@ def _pack(n, nb_pad=None):
 
   ``nb_pad`` blocks in all (at least one more than the rows need: the filler
   belongs to a dummy row); by default the need rounded up with 8 steps per
-  octave.  Rows are padded to a power of two (>= 32) with dummy rows.
+  octave.  Rows are padded to ``nb_pad`` or more (a power of two, >= 32)
+  with dummy rows, so that the number of blocks alone sets the shapes of a
+  call (every row holds a block) and calls with different row counts share
+  one compiled program.
   Returns (rob, j0, start, n_rows) as NumPy arrays.
   """
   n = np.asarray(n, np.int64)
@@ -537,7 +540,7 @@ def _pack(n, nb_pad=None):
     m = max(total + 1, 16)
     step = 1 << max(m.bit_length() - 4, 0)
     nb_pad = -(-m // step) * step
-  r_pad = _pow2(rows + 1, least=32)
+  r_pad = max(_pow2(rows + 1, least=32), nb_pad)
   filler = nb_pad - total
   rob = np.concatenate([np.repeat(np.arange(rows), nblk), np.full(filler, rows)])
   j0 = np.concatenate([np.arange(k) * _BLK for k in nblk] + [np.arange(filler) * _BLK])
@@ -551,12 +554,15 @@ def _pack(n, nb_pad=None):
 def _chunks(n):
   """Host: rows (indices into n) grouped into kernel calls (bins of blocks).
 
-  The one-step kernels are memory bound, so small calls whose working set
-  stays in cache are faster per node (measured: calls of 2**15 nodes ~1.8x
-  faster per node than calls of 2**18).  Bins hold ``_CHUNK_BLOCKS`` blocks,
-  or the next power of two above a longer row; first-fit decreasing packing
-  fills the room left in any bin.  Bin sizes are powers of two so that few
-  shapes are compiled.  Returns [(rows, nb_pad)].
+  Bins hold ``_CHUNK_BLOCKS`` blocks (2**17 nodes), or the next power of two
+  above a longer row; first-fit decreasing packing fills the room left in
+  any bin.  One bin size serves almost every call (rows of up to 2**17
+  nodes; every PLD calibration round and every new configuration reuses the
+  one compiled program, ~3 s of XLA compilation per size).  Calls of 2**15
+  nodes ran the kernels ~1.3x faster per node (their working set stays in
+  cache), but rows longer than that compiled 2**16- and 2**17-node programs
+  as they appeared: 7.5 of the 11.9 s of a first PLD calibration of 32
+  targets after a warm-up.  Returns [(rows, nb_pad)].
   """
   nblk = -(-np.asarray(n, np.int64) // _BLK)
   bins = []  # [room, rows, size]; one block of each bin is the dummy row's filler
