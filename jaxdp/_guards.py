@@ -19,12 +19,9 @@ suite) a :class:`GuardViolation` is raised instead.
 
 from __future__ import annotations
 
-import functools
 import os
 import warnings
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxdp import profiles as _profiles
@@ -47,27 +44,58 @@ def strict() -> bool:
   return os.environ.get("JAXDP_STRICT_GUARDS", "") not in ("", "0")
 
 
-@functools.partial(jax.jit, static_argnames=("iters",))
-def _bisect_one_step(q, sigma, log_delta, iters=110):
-  """Largest ε in [0, _EPS_MAX] with log δ_1(ε) > log_delta (bisection).
+def _one_step_log_delta(epsilon, q, sigma):
+  """log δ_1(ε) of one Poisson-sampled Gaussian step, max over add/remove
+  (:func:`jaxdp.profiles.sampled_gaussian`), in NumPy on the host."""
+  with np.errstate(all="ignore"):
+    return _profiles._sampled_gaussian_log_delta(  # pylint: disable=protected-access
+        epsilon, q, sigma, "max", xp=np)
 
-  δ_1 is non-increasing in ε, so the bracket [lo, hi] keeps
-  δ_1(lo) > δ >= δ_1(hi); 110 halvings of 1e8 reach below 1e-24.
+
+def _bisect_one_step(q, sigma, log_delta, bisections=12, falsi=12):
+  """Largest ε found with log δ_1(ε) > log_delta: a lower bound on the exact
+  one-step ε_1(δ) (0 where δ_1(0) <= δ), in NumPy on the host.
+
+  δ_1 is non-increasing in ε, so a bracket [lo, hi] with δ_1(lo) > δ >=
+  δ_1(hi) keeps lo <= ε_1 whatever the steps: ``bisections`` halvings of
+  log ε over [1e-20, the unsampled Gaussian's RDP ε (or 1e8)], then ``falsi`` steps of
+  the Illinois method on log δ_1 (superlinear: to ~1e-15 relative on the
+  profile's smooth log), each falling back to the midpoint where a value is
+  not finite.  ~25 profile evaluations (~10 ms for 32 configurations)
+  instead of the 110-step jitted bisection, whose compilation took 1.4-2 s
+  in every process's first guarded PLD call.
   """
-  def f(e):
-    return _profiles._sampled_gaussian_core(e, q, sigma, "max")  # pylint: disable=protected-access
-
-  lo = jnp.zeros_like(q)
-  hi = jnp.full_like(q, _EPS_MAX)
-
-  def body(_, lh):
-    lo, hi = lh
-    mid = 0.5 * (lo + hi)
-    above = f(mid) > log_delta
-    return jnp.where(above, mid, lo), jnp.where(above, hi, mid)
-
-  lo, hi = jax.lax.fori_loop(0, iters, body, (lo, hi))
-  return jnp.where(f(jnp.zeros_like(q)) > log_delta, lo, 0.0)
+  ok0 = _one_step_log_delta(np.zeros_like(q), q, sigma) > log_delta
+  lo = np.full_like(q, 1e-20)
+  # An upper bound on ε_1: the RDP bound of the Gaussian mechanism without
+  # sampling (sampling never raises ε), 1/(2σ²) + sqrt(2 log(1/δ))/σ, used
+  # where the profile confirms it.
+  with np.errstate(all="ignore"):
+    guess = 1.01 * (0.5 / sigma ** 2 + np.sqrt(2.0 * np.maximum(-log_delta, 0.0)) / sigma)
+  guess = np.where(np.isfinite(guess) & (guess > lo) & (guess < _EPS_MAX), guess, _EPS_MAX)
+  hi = np.where(_one_step_log_delta(guess, q, sigma) > log_delta, _EPS_MAX, guess)
+  for _ in range(bisections):
+    mid = np.sqrt(lo * hi)
+    above = _one_step_log_delta(mid, q, sigma) > log_delta
+    lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+  g_lo = _one_step_log_delta(lo, q, sigma) - log_delta    # > 0 where lo is in the set
+  g_hi = _one_step_log_delta(hi, q, sigma) - log_delta    # <= 0
+  inside = g_lo > 0
+  side = np.zeros(q.shape, np.int64)
+  for _ in range(falsi):
+    with np.errstate(all="ignore"):
+      x = hi - g_hi * (hi - lo) / (g_hi - g_lo)
+    good = np.isfinite(x) & (x > lo) & (x < hi)
+    x = np.where(good, x, 0.5 * (lo + hi))
+    g = _one_step_log_delta(x, q, sigma) - log_delta
+    above = g > 0
+    # Illinois: halve the value kept at an end that stayed twice in a row.
+    g_hi = np.where(above & (side == 1), 0.5 * g_hi, g_hi)
+    g_lo = np.where(~above & (side == -1), 0.5 * g_lo, g_lo)
+    lo, g_lo = np.where(above, x, lo), np.where(above, g, g_lo)
+    hi, g_hi = np.where(above, hi, x), np.where(above, g_hi, g)
+    side = np.where(above, 1, -1)
+  return np.where(ok0 & inside, lo, 0.0)
 
 
 def one_step_epsilon(q, sigma, delta):
@@ -80,32 +108,16 @@ def one_step_epsilon(q, sigma, delta):
     ε_1 <= the exact one-step ε (0 where δ_1(0) <= δ).
   """
   q, sigma, delta = np.broadcast_arrays(*(np.asarray(a, np.float64) for a in (q, sigma, delta)))
-  shape = q.shape
-  args = _padded(q, sigma, np.log(delta))
-  with jax.enable_x64(True):
-    e = np.asarray(_bisect_one_step(*(jnp.asarray(a) for a in args)))
-  return (e[:q.size] * (1.0 - _REL)).reshape(shape)
+  e = _bisect_one_step(q.ravel(), sigma.ravel(), np.log(delta).ravel())
+  return (e * (1.0 - _REL)).reshape(q.shape)
 
 
 def one_step_delta(q, sigma, epsilon):
   """Exact δ_1(ε) of one step (closed form), deflated by a relative 1e-6 for
   the profile's rounding up, as a lower bound (float64 NumPy)."""
   q, sigma, epsilon = np.broadcast_arrays(*(np.asarray(a, np.float64) for a in (q, sigma, epsilon)))
-  shape = q.shape
-  qq, ss, ee = _padded(q, sigma, epsilon)
-  with jax.enable_x64(True):
-    d = np.asarray(_profiles._sampled_gaussian_core(  # pylint: disable=protected-access
-        jnp.asarray(ee), jnp.asarray(qq), jnp.asarray(ss), "max"))
-  return (np.exp(d[:q.size]) * (1.0 - 1e-6)).reshape(shape)
-
-
-def _padded(*arrays):
-  """Flattens and pads to a power-of-two length >= 64 (few compiled shapes:
-  one for every batch of up to 64, e.g. all the rounds of a calibration)."""
-  n = arrays[0].size
-  m = 1 << max(6, (max(n, 1) - 1).bit_length())
-  fills = (0.5, 1.0, 0.0)
-  return [np.concatenate([a.ravel(), np.full(m - n, f)]) for a, f in zip(arrays, fills)]
+  d = _one_step_log_delta(epsilon.ravel(), q.ravel(), sigma.ravel())
+  return (np.exp(d) * (1.0 - 1e-6)).reshape(q.shape)
 
 
 def _violation(msg):

@@ -26,7 +26,6 @@ and log δ stays accurate far below the float64 underflow (δ ≪ 1e-300).
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Tuple
 
@@ -34,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import betainc, log_ndtr
+from scipy import special as _sps
 
 from jaxdp import _numerics as nx
 
@@ -109,7 +109,7 @@ def _check_positive(name, value):
   nx.check_array(name, value, low=0.0, low_open=True)
 
 
-def _log_mills_cf(x):
+def _log_mills_cf(x, xp=jnp):
   """log R(x) = log(Φ(x)/φ(x)) for x ≤ -5 by Laplace's continued fraction.
 
   Φ(-y)/φ(y) = 1/(y + 1/(y + 2/(y + 3/(y + …)))) for y > 0, evaluated
@@ -119,10 +119,23 @@ def _log_mills_cf(x):
   t = y
   for k in range(_CF_TERMS, 0, -1):
     t = y + k / t
-  return -jnp.log(t)
+  return -xp.log(t)
 
 
-def _gaussian_parts(epsilon, theta):
+_LOG_MILLS_AT_SWITCH = float(_log_mills_cf(np.float64(-_CF_SWITCH), np))
+
+
+def _log_mills_cf_host(x):
+  """:func:`_log_mills_cf` in NumPy, evaluated only where x < -_CF_SWITCH
+  (elsewhere the callers read nothing of it; its value at -_CF_SWITCH)."""
+  out = np.full(np.shape(x), _LOG_MILLS_AT_SWITCH)
+  tail = x < -_CF_SWITCH
+  if np.any(tail):
+    out[tail] = _log_mills_cf(x[tail], np)
+  return out
+
+
+def _gaussian_parts(epsilon, theta, xp=jnp):
   """Pieces of the Gaussian profile of Thm 4 in log space.
 
   With a = θ/2 - ε/θ and b = -θ/2 - ε/θ, δ = Φ(a) - e^ε Φ(b) = Φ(a)(1 - e^{-d})
@@ -132,44 +145,46 @@ def _gaussian_parts(epsilon, theta):
   Returns:
     (log_delta_upper, log_phi_a, log_mills_a, d): the rounded-up log δ, log Φ(a),
     log R(a) and d (the last three without rounding, for Newton steps).
+    ``xp``: ``jnp``, or ``numpy`` (SciPy's log_ndtr) for host evaluation.
   """
   dtype = epsilon.dtype
   ulp = _ulp(dtype)
   pos = theta > 0
-  th = jnp.where(pos, theta, 1.0)
-  e = jnp.where(jnp.isfinite(epsilon), epsilon, 0.0)
+  th = xp.where(pos, theta, 1.0)
+  e = xp.where(xp.isfinite(epsilon), epsilon, 0.0)
   a = 0.5 * th - e / th
   b = -0.5 * th - e / th
   a_tail = a <= -_CF_SWITCH
   b_tail = b <= -_CF_SWITCH
   # Double-where: every branch sees a safe argument (finite gradients).
-  a_cf = jnp.where(a_tail, a, -_CF_SWITCH)
-  b_cf = jnp.where(b_tail, b, -_CF_SWITCH)
-  a_nd = jnp.where(a_tail, -_CF_SWITCH, a)
-  b_nd = jnp.where(b_tail, -_CF_SWITCH, b)
-  lr_a_cf = _log_mills_cf(a_cf)
-  lr_b_cf = _log_mills_cf(b_cf)
-  ln_a = log_ndtr(a_nd)
-  ln_b = log_ndtr(b_nd)
-  la = jnp.where(a_tail, -0.5 * a_cf * a_cf - _LOG_SQRT_2PI + lr_a_cf, ln_a)
-  lr_a = jnp.where(a_tail, lr_a_cf, ln_a + 0.5 * a_nd * a_nd + _LOG_SQRT_2PI)
+  a_cf = xp.where(a_tail, a, -_CF_SWITCH)
+  b_cf = xp.where(b_tail, b, -_CF_SWITCH)
+  a_nd = xp.where(a_tail, -_CF_SWITCH, a)
+  b_nd = xp.where(b_tail, -_CF_SWITCH, b)
+  lr_a_cf = _log_mills_cf(a_cf, xp) if xp is jnp else _log_mills_cf_host(a_cf)
+  lr_b_cf = _log_mills_cf(b_cf, xp) if xp is jnp else _log_mills_cf_host(b_cf)
+  lndtr = log_ndtr if xp is jnp else _sps.log_ndtr
+  ln_a = lndtr(a_nd)
+  ln_b = lndtr(b_nd)
+  la = xp.where(a_tail, -0.5 * a_cf * a_cf - _LOG_SQRT_2PI + lr_a_cf, ln_a)
+  lr_a = xp.where(a_tail, lr_a_cf, ln_a + 0.5 * a_nd * a_nd + _LOG_SQRT_2PI)
   d_body = ln_a - ln_b - e
   d_tail = lr_a - lr_b_cf
-  d = jnp.maximum(jnp.where(b_tail, d_tail, d_body), 0.0)
-  mag = jnp.where(b_tail, jnp.abs(lr_a) + jnp.abs(lr_b_cf),
-                  jnp.abs(ln_a) + jnp.abs(ln_b) + jnp.abs(e))
+  d = xp.maximum(xp.where(b_tail, d_tail, d_body), 0.0)
+  mag = xp.where(b_tail, xp.abs(lr_a) + xp.abs(lr_b_cf),
+                  xp.abs(ln_a) + xp.abs(ln_b) + xp.abs(e))
   d_up = d + _ERR_ULPS * ulp * (1.0 + mag)
   # Rounding of a itself (relative ulp of θ/2 + ε/θ) moves log Φ(a) by |a|·Δa.
-  a_neg = jnp.abs(jnp.minimum(a, 0.0))
-  la_up = la + _ERR_ULPS * ulp * (1.0 + jnp.abs(la) + a_neg * (0.5 * th + e / th))
-  log_delta = jnp.minimum(la_up + nx.log1mexp(d_up), 0.0)
-  log_delta = jnp.where(pos & (epsilon < jnp.inf), log_delta, -jnp.inf)
-  log_delta = jnp.where(theta == jnp.inf, 0.0, log_delta)
+  a_neg = xp.abs(xp.minimum(a, 0.0))
+  la_up = la + _ERR_ULPS * ulp * (1.0 + xp.abs(la) + a_neg * (0.5 * th + e / th))
+  log_delta = xp.minimum(la_up + nx.log1mexp(d_up, xp), 0.0)
+  log_delta = xp.where(pos & (epsilon < xp.inf), log_delta, -xp.inf)
+  log_delta = xp.where(theta == xp.inf, 0.0, log_delta)
   return log_delta, la, lr_a, d
 
 
-def _gaussian_log_delta(epsilon, theta):
-  return _gaussian_parts(epsilon, theta)[0]
+def _gaussian_log_delta(epsilon, theta, xp=jnp):
+  return _gaussian_parts(epsilon, theta, xp)[0]
 
 
 _gaussian_log_delta_jit = jax.jit(_gaussian_log_delta)
@@ -417,41 +432,45 @@ def sampled_gaussian_log_delta(epsilon, q, sigma, direction="max"):
   return _sampled_gaussian_core(*_as_float(epsilon, q, sigma)[:3], direction=direction)
 
 
-@functools.partial(jax.jit, static_argnames=("direction",))
-def _sampled_gaussian_core(epsilon, q, sigma, direction):
-  ulp = _ulp(epsilon.dtype)
+def _sampled_gaussian_log_delta(epsilon, q, sigma, direction, xp=jnp):
+  """log δ(ε) of :func:`sampled_gaussian` on either array namespace (``jnp``
+  traced, or ``numpy`` on the host: the guards of :mod:`jaxdp._guards`)."""
+  ulp = _ulp(epsilon.dtype) if xp is jnp else float(np.finfo(np.float64).eps)
   theta = 1.0 / sigma
   qpos = q > 0
-  qs = jnp.where(qpos, q, 1.0)
-  lq = jnp.log(qs)
-  e = jnp.where(jnp.isfinite(epsilon), epsilon, 0.0)
-  finite = jnp.isfinite(epsilon) & qpos
+  qs = xp.where(qpos, q, 1.0)
+  lq = xp.log(qs)
+  e = xp.where(xp.isfinite(epsilon), epsilon, 0.0)
+  finite = xp.isfinite(epsilon) & qpos
   out = []
   if direction in ("max", "remove"):
     # Remove: D(q N(1,σ²) + (1-q) N(0,σ²) ‖ N(0,σ²)) = q δ_G(t) with
     # e^t = 1 + (e^ε - 1)/q -- Thm 8 with the Gaussian profile, tight.
-    t = nx.softplus(nx.log_expm1(e) - lq)
+    t = nx.softplus(nx.log_expm1(e, xp) - lq, xp)
     t = t * (1.0 - 8.0 * ulp)
-    lr = lq + _gaussian_log_delta(t, theta)
-    out.append(jnp.where(finite, lr, -jnp.inf))
+    lr = lq + _gaussian_log_delta(t, theta, xp)
+    out.append(xp.where(finite, lr, -xp.inf))
   if direction in ("max", "add"):
     # Add: D(N(0,σ²) ‖ q N(1,σ²) + (1-q) N(0,σ²)) = q e^{ε-r} δ_G(r) with
     # e^{-r} = 1 - (1 - e^{-ε})/q, zero once ε ≥ -log(1-q).
     # u = q e^{-r} = e^{-ε} - (1 - q): for q ≥ 1/2, 1 - q is exact (Sterbenz);
     # for q < 1/2, q + expm1(-ε) avoids the rounding of 1 - q.
-    em = jnp.expm1(-e)
+    em = xp.expm1(-e)
     big_q = qs >= 0.5
-    u = jnp.where(big_q, jnp.exp(-e) - (1.0 - qs), qs + em)
-    err_u = 2.0 * ulp * jnp.where(big_q, jnp.exp(-e) + jnp.abs(u), qs - em)
+    u = xp.where(big_q, xp.exp(-e) - (1.0 - qs), qs + em)
+    err_u = 2.0 * ulp * xp.where(big_q, xp.exp(-e) + xp.abs(u), qs - em)
     active = finite & (u > 0)
-    us = jnp.where(active, u, 1.0)
-    r = jnp.where(active, lq - jnp.log(us), 0.0)
-    r = jnp.where(active & (e == 0), 0.0, r)
-    dr = err_u / us + 4.0 * ulp * (1.0 + jnp.abs(r) + jnp.abs(lq))
-    r = jnp.maximum(r - dr, 0.0)
-    la = lq + e - r + _gaussian_log_delta(r, theta)
-    out.append(jnp.where(active, jnp.minimum(la, 0.0), -jnp.inf))
-  return out[0] if len(out) == 1 else jnp.maximum(out[0], out[1])
+    us = xp.where(active, u, 1.0)
+    r = xp.where(active, lq - xp.log(us), 0.0)
+    r = xp.where(active & (e == 0), 0.0, r)
+    dr = err_u / us + 4.0 * ulp * (1.0 + xp.abs(r) + xp.abs(lq))
+    r = xp.maximum(r - dr, 0.0)
+    la = lq + e - r + _gaussian_log_delta(r, theta, xp)
+    out.append(xp.where(active, xp.minimum(la, 0.0), -xp.inf))
+  return out[0] if len(out) == 1 else xp.maximum(out[0], out[1])
+
+
+_sampled_gaussian_core = jax.jit(_sampled_gaussian_log_delta, static_argnames=("direction", "xp"))
 
 
 def sampled_gaussian(epsilon, q, sigma, direction="max"):

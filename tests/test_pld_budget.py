@@ -162,3 +162,21 @@ def test_budgeted_epsilon_interval_meets_the_general_engines(q, sigma, steps, de
   g_lo, g_up = pld_general.epsilon(poisson_phases(q, sigma, steps), delta, return_bounds=True)
   assert float(lo) <= float(g_up) and float(g_lo) <= float(up)
   assert float(up) <= float(g_up) * (1 + 1e-4) + (float(g_up) - float(g_lo))
+
+
+def test_guard_one_step_epsilon_is_a_tight_lower_bound_over_the_domain():
+  """The guards' host bisection (jaxdp._guards, NumPy, no compilation)
+  against the harness's independent 200-step bisection and, on a sample,
+  mpmath: never above the exact one-step ε, and within 1e-7 of it."""
+  import harness_reference as hr
+  from jaxdp import _guards
+  q, s, t, rng = _domain(400, 3)
+  d = 10 ** rng.uniform(-14, -0.3, q.size)
+  got = _guards.one_step_epsilon(q, s, d)
+  ref = hr.one_step_epsilon(q, s, d)
+  assert np.all(np.isfinite(got)) and np.all(got >= 0)
+  assert np.all(got <= ref * (1 + 1e-12) + 1e-300)
+  np.testing.assert_allclose(got, ref, rtol=1e-7, atol=1e-300)
+  for i in range(0, q.size, 80):
+    exact = float(hr.mp_one_step_epsilon(q[i], s[i], d[i]))
+    assert got[i] <= exact * (1 + 1e-12) and got[i] >= exact * (1 - 1e-7), (i, got[i], exact)
