@@ -120,16 +120,16 @@ def delta_on_window(w, start, h, inf_mass, eps, per_node=0.0):
 
 
 def _read_range(start, h, length, floor):
-  """Node range [k0, length) of a window that a read-out needs: the nodes
-  up to the window's certified top (``length`` = b - a + 1 nodes: the ones
-  above hold at most the truncated mass, already booked at +∞ in the
-  pessimistic result, plus mass wrapped from below the window, which sits
-  at losses below every node read) and from one node below the loss
+  """First node k0 of a window that a read-out needs: nodes k0 .. length - 1
+  are read, up to the window's certified top (``length`` = b - a + 1 nodes:
+  the ones above hold at most the truncated mass, already booked at +∞ in
+  the pessimistic result, plus mass wrapped from below the window, which
+  sits at losses below every node read), and from one node below the loss
   ``floor`` (δ at ε >= floor sums only nodes above ε)."""
   top = max(int(length) - 1, 0)
   if not math.isfinite(floor):   # ε = +inf reads no node; NaN: all of them
-    return (top if floor > 0 else 0), int(length)
-  return int(min(max(math.floor(floor / h) - 1 - start, 0), top)), int(length)
+    return top if floor > 0 else 0
+  return int(min(max(math.floor(floor / h) - 1 - start, 0), top))
 
 
 def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length, want_epsilon):
@@ -151,8 +151,9 @@ def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length
     (upper, lower): (m, K) NumPy arrays.
 
   Only the nodes a query can read are summed (:func:`_read_range`): up to
-  the certified window's top, and from loss 0 (ε queries: a negative ε is
-  reported as 0) or from the smallest queried ε. Dropping nodes only lowers
+  the certified window's top, and from the node loss that reports ε = 0 (ε
+  queries: a negative ε is reported as 0) or the smallest queried ε (δ
+  queries), each less the PMF's loss shift. Dropping nodes only lowers
   both δ's: the pessimistic one loses nothing that is not booked at +∞, and
   a lower bound may always drop mass.
 
@@ -174,14 +175,13 @@ def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length
   upper = np.empty(queries.shape)
   lower = np.empty(queries.shape)
   for r in range(m):
-    if want_epsilon:
-      floor = (0.0, 0.0)
-    else:
-      floor = tuple(float(np.min(queries[r])) - shift[i][r] for i in (0, 1))
-    k0, k1 = _read_range(start[r], h[r], length[r], floor[0])
-    w_p = np.maximum(w[r, k0:k1], 0.0)
-    j0, j1 = _read_range(start[r], h[r], length[r], floor[1])
-    w_o = w[m + r, j0:j1]
+    # The smallest ε read: 0 for ε queries (a negative ε is reported as 0),
+    # else the smallest queried ε; in node losses, less each PMF's shift.
+    least = 0.0 if want_epsilon else float(np.min(queries[r]))
+    k0 = _read_range(start[r], h[r], length[r], least - shift[0][r])
+    j0 = _read_range(start[r], h[r], length[r], least - shift[1][r])
+    w_p = np.maximum(w[r, k0:length[r]], 0.0)
+    w_o = w[m + r, j0:length[r]]
     if want_epsilon:
       upper[r] = epsilon_on_window(w_p, start[r] + k0, h[r], inf_mass[r], queries[r],
                                    per_node=per_node[r]) + shift[0][r]

@@ -423,8 +423,9 @@ def _optimistic(pb, qb, p_low, q_low, p_high, q_high, eps, h, lay):
 def _chernoff_edges(p, steps, h, lay, upper, order=None, log_inv=-math.log(_TAIL)):
   """Chernoff edges (node index) of the ``steps``-fold sums of every row.
 
-  For ``upper``: x with P(S > x) <= _TAIL, else x with P(S < x) <= _TAIL, where
-  S is the sum of ``steps`` independent draws from the row's PMF (mass <= 1)
+  For ``upper``: x with P(S > x) <= τ, else x with P(S < x) <= τ, where
+  τ = exp(-log_inv) is the row's truncation budget (default _TAIL) and S
+  is the sum of ``steps`` independent draws from the row's PMF (mass <= 1)
   on nodes j: P(S > x) <= M(t)^T e^{-t x} for every t > 0 (M the MGF), so
   any order t gives a valid edge and the smallest over the orders tried is
   kept.  Orders: twelve coarse ones 4^k / span (k = -1..10, span = the row's

@@ -335,7 +335,10 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
   With ``finite_fallback`` (what :func:`epsilon` reports on its own), an
   interval that is +∞ or wide is intersected with the general engine's
   (:mod:`jaxdp._pld_fallback`); ``jaxdp.epsilon`` skips it (seconds per
-  configuration) and reports the minimum with the RDP bound.
+  configuration) and reports the minimum with the RDP bound.  With
+  ``full_rdp=False`` (:func:`epsilon` and :func:`delta`, which report the PLD
+  interval alone, and the PLD calibration rounds) the RDP bound is the cheap
+  one of :func:`_rdp_ceiling` wherever that suffices.
 
   Returns:
     ``(lower, upper, rdp_upper)`` NumPy arrays of the broadcast shape.
@@ -375,10 +378,10 @@ def _guard(name, lo, up, q, sigma, steps, value, shape, full_rdp=True):
   flat = [a.reshape(-1) for a in (q, sigma, steps, value)]
   with num.x64():
     if full_rdp:
-      rdp_up = _full_rdp(name, flat).reshape(shape)
+      rdp_up, full = _full_rdp(name, flat), np.ones(lo.size, bool)
     else:
-      rdp_up = _rdp_ceiling(name, flat, lo.reshape(-1), up.reshape(-1)).reshape(shape)
-    full = np.full(shape, full_rdp)
+      rdp_up, full = _rdp_ceiling(name, flat, lo.reshape(-1), up.reshape(-1))
+    rdp_up, full = rdp_up.reshape(shape), full.reshape(shape)
 
     def safe(mask):   # the full default-orders RDP value where a guard failed
       todo = mask & ~full
@@ -404,11 +407,16 @@ def _rdp_ceiling(name, flat, lo, up):
   valid RDP bound comes first (:func:`jaxdp._host_rdp.small_order_ceiling`:
   integer orders <= 64, exact sums; never below the full value), and the
   full value is computed only where that bound is below ``up`` (the RDP
-  value may then be the smaller answer that ``jaxdp.epsilon`` reports) or
-  below ``lo`` (the guard that the certified lower end stays below RDP must
-  not fail on a looser RDP bound), or where [lo, up] is not finite. Elsewhere
-  the full value could only lie in [lo, up): reporting ``up`` instead of it
-  costs at most the certified interval's width.
+  value may then be the smaller answer), below ``lo`` (the guard that the
+  certified lower end stays below RDP must not fail on a looser RDP bound)
+  or where ``up`` is not finite.  Elsewhere the guard "lower <= RDP" checks
+  against the cheap bound (a lower end between the two RDP values passes
+  it), and min(up, RDP) reads ``up`` where the full value might lie in
+  [lo, up): never below what ``jaxdp.epsilon`` (full value everywhere)
+  reports, and above it by at most the certified interval's width.
+
+  Returns:
+    ``(values, full)``: the RDP bounds and where they are the full value.
   """
   from jaxdp import _api, _host_rdp  # pylint: disable=g-import-not-at-top
   ceiling = _host_rdp.small_order_ceiling(name, *flat)
@@ -417,4 +425,4 @@ def _rdp_ceiling(name, flat, lo, up):
   need = ~((ceiling >= up) & (lo <= ceiling) & np.isfinite(up))
   if np.any(need):
     ceiling[need] = _full_rdp(name, [a[need] for a in flat])
-  return ceiling
+  return ceiling, need

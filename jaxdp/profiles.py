@@ -435,7 +435,7 @@ def sampled_gaussian_log_delta(epsilon, q, sigma, direction="max"):
 def _sampled_gaussian_log_delta(epsilon, q, sigma, direction, xp=jnp):
   """log δ(ε) of :func:`sampled_gaussian` on either array namespace (``jnp``
   traced, or ``numpy`` on the host: the guards of :mod:`jaxdp._guards`)."""
-  ulp = _ulp(epsilon.dtype) if xp is jnp else float(np.finfo(np.float64).eps)
+  ulp = _ulp(epsilon.dtype)
   theta = 1.0 / sigma
   qpos = q > 0
   qs = xp.where(qpos, q, 1.0)

@@ -68,13 +68,14 @@ def test_rdp_ceiling_escalates_exactly_where_the_cheap_bound_does_not_suffice(mo
   flat = [np.full(5, v) for v in (0.01, 1.0, 100.0, 1e-5)]
   lo = np.array([1.0, 1.0, 2.5, 1.0, 1.0])
   up = np.array([1.5, 2.5, 2.6, np.inf, np.nan])
-  out = pld._rdp_ceiling("epsilon", flat, lo, up)  # pylint: disable=protected-access
+  out, full = pld._rdp_ceiling("epsilon", flat, lo, up)  # pylint: disable=protected-access
   # rows 1 (ceiling < up), 2 (lo > ceiling), 3 (+inf), 4 (NaN): the full value
   np.testing.assert_array_equal(out, [2.0, 7.0, 7.0, 7.0, 7.0])
+  np.testing.assert_array_equal(full, [False, True, True, True, True])
   assert calls == [4]
   calls.clear()
-  out = pld._rdp_ceiling("epsilon", flat[:1] * 4, lo[:1], up[:1])  # pylint: disable=protected-access
-  assert calls == [] and out[0] == 2.0
+  out, full = pld._rdp_ceiling("epsilon", flat[:1] * 4, lo[:1], up[:1])  # pylint: disable=protected-access
+  assert calls == [] and out[0] == 2.0 and not full[0]
 
 
 def test_pld_epsilon_guard_falls_back_to_the_full_rdp_value(monkeypatch):
@@ -132,12 +133,12 @@ def test_read_out_of_the_nodes_a_query_reads_equals_the_full_read_out(want_epsil
 
 def test_read_range_edges():
   rr = _pld_readout._read_range  # pylint: disable=protected-access
-  assert rr(-10, 0.5, 100, 0.0) == (9, 100)        # one node below loss 0
-  assert rr(5, 0.5, 100, 0.0) == (0, 100)          # window above 0: all of it
-  assert rr(-10, 0.5, 100, 1e9) == (99, 100)       # above the top: the top node only
-  assert rr(-10, 0.5, 100, math.inf) == (99, 100)
-  assert rr(-10, 0.5, 100, -math.inf) == (0, 100)
-  assert rr(-10, 0.5, 100, math.nan) == (0, 100)
+  assert rr(-10, 0.5, 100, 0.0) == 9           # one node below loss 0
+  assert rr(5, 0.5, 100, 0.0) == 0             # window above 0: all of it
+  assert rr(-10, 0.5, 100, 1e9) == 99          # above the top: the top node only
+  assert rr(-10, 0.5, 100, math.inf) == 99
+  assert rr(-10, 0.5, 100, -math.inf) == 0
+  assert rr(-10, 0.5, 100, math.nan) == 0
 
 
 def test_truncation_budget_is_a_fraction_of_the_smallest_target_delta():
