@@ -37,6 +37,8 @@ _ROUNDS = 4            # refinement rounds with expensive-order windows
 _ENVELOPE_ROUNDS = 8   # best-real-order rounds (default orders), see _rdp_boundary
 _ENVELOPE_EXPONENT = 1.5  # ε ~ σ^-k locally: the first round's order prediction
 _WINDOW = 3            # orders per refinement window
+_PLD_SECOND_START = 0.2  # log(ε_RDP / ε_PLD) at the second PLD start (see _pld_boundary)
+_PLD_SECOND_SLOPE = 2.5  # ... with the start's slope clipped to [-this, -1]
 _PLD_START_TOL = 1e-2  # the PLD solve's start: the RDP boundary to this (log σ / log q)
 _BUMPS = 40            # feasibility step-ups before giving up (never reached)
 
@@ -241,7 +243,7 @@ def _host_epsilon(q, s, t_steps, d):
   return eps * (1.0 + _HOST_MARGIN)
 
 
-def _check_epsilon(kind_acc, q, s, t_steps, d, orders):
+def _check_epsilon(kind_acc, q, s, t_steps, d, orders, want_lower=True):
   if kind_acc == "pld":
     from jaxdp import pld  # pylint: disable=g-import-not-at-top
     if q.shape[0] == 0:
@@ -252,7 +254,8 @@ def _check_epsilon(kind_acc, q, s, t_steps, d, orders):
     # an upper bound on ε either way, and never below jaxdp.epsilon's value,
     # so a σ that meets the target here meets it there.
     with nx.x64():
-      _, up, rdp_up = pld.guarded_bounds("epsilon", q, s, t_steps, d, full_rdp=False)
+      _, up, rdp_up = pld.guarded_bounds("epsilon", q, s, t_steps, d, full_rdp=False,
+                                         want_lower=want_lower)
     return np.minimum(up, rdp_up).reshape(-1)
   return _check_epsilon_rdp(q, s, t_steps, d, orders)
 
@@ -462,10 +465,20 @@ def _pld_boundary(kind, target, delta, a, b, rtol):
   ~0.1 s, started closer: 7 PLD rounds instead of 9 on the 32 targets of
   ``benchmarks/calibration.py``, but the two extra rounds only re-evaluate the
   few targets still open: 2.49 s against 2.84 s in all, compiled.)
-  The PLD rounds evaluate only the targets still open (the batched PLD's
-  programs depend on the FFT lengths and the one-step chunk sizes, not on
-  the number of configurations), and the answer is the smallest σ (largest
-  q) whose ε the guarded PLD evaluated <= target.
+  The first PLD round evaluates that start and a second one below it (where
+  ε_PLD would meet the target were it e^0.2 below ε_RDP, with the slope
+  clipped to [-2.5, -1]), so the second round has the PLD's own secant or a
+  bracket (:func:`jaxdp._host_bracket.solve`). The rounds evaluate only the
+  targets still open (the batched PLD's programs depend on the FFT lengths
+  and the one-step chunk sizes, not on the number of configurations), and
+  they read the upper end alone (``want_lower=False``: no optimistic PMFs,
+  ~1/3 cheaper per round). The answer is the smallest σ (largest q) whose ε
+  that evaluated <= target, checked once by the full guarded evaluation
+  (what :func:`jaxdp.epsilon` reports: its window may differ, ε within
+  ~1e-8 relative) and moved up by tol/4, tol, 4·tol, ... where that check
+  fails. On the 32 targets of ``benchmarks/calibration.py``: 5 rounds (64,
+  32, 35, 41 and 4 evaluations) and the check, against 9 rounds of full
+  evaluations before.
   """
   xmin, xmax = _bounds(kind)
 
@@ -478,8 +491,8 @@ def _pld_boundary(kind, target, delta, a, b, rtol):
     q_, s_ = qs(x, idx)
     return _host_rdp.small_order_ceiling("epsilon", q_, s_, b[idx], delta[idx])
 
-  def pld_eps(x, idx):
-    return _check_epsilon("pld", *qs(x, idx), b[idx], delta[idx], None)
+  def pld_eps(x, idx, full=False):
+    return _check_epsilon("pld", *qs(x, idx), b[idx], delta[idx], None, want_lower=full)
 
   x0 = _first_guess(kind, target, delta, a, b)
   x0 = np.clip(np.where(np.isfinite(x0), x0, xmax), xmin, xmax)
@@ -489,8 +502,25 @@ def _pld_boundary(kind, target, delta, a, b, rtol):
     slope = (np.log(start.eps_hi) - np.log(start.eps_lo)) / (start.hi - start.lo)
   slope = np.where(np.isfinite(slope) & (slope < 0), slope, -1.0)
   x0 = np.where(start.has_hi, start.hi, start.lo)
-  sol = _host_bracket.solve(pld_eps, target, x0, xmin, xmax, 0.5 * max(rtol, 1e-9), slope)
-  return np.where(sol.has_hi, _from_x(kind, sol.hi), np.nan), ~sol.has_hi
+  # The PLD boundary lies below the RDP one (ε_PLD <= ε_RDP); a second start
+  # where ε_PLD would meet the target were it e^0.2 below ε_RDP.
+  x1 = x0 + _PLD_SECOND_START / np.clip(slope, -_PLD_SECOND_SLOPE, -1.0)
+  tol = 0.5 * max(rtol, 1e-9)
+  sol = _host_bracket.solve(pld_eps, target, x0, xmin, xmax, tol, slope, x1=x1)
+  # The rounds read the upper end alone (no optimistic PMFs: ~1/3 cheaper),
+  # whose window may differ from the full evaluation's (ε within ~1e-8
+  # relative). The answers are checked once with the full guarded
+  # evaluation, and moved up by tol/4, tol, 4 tol, ... where they fail.
+  x, ok = sol.hi.copy(), sol.has_hi.copy()
+  idx = np.nonzero(ok)[0]
+  for j in range(12):
+    if not idx.size:
+      break
+    bad = pld_eps(x[idx], idx, full=True) > target[idx]
+    idx = idx[bad]
+    x[idx] = np.minimum(x[idx] + 0.25 * tol * 4.0 ** j, xmax)
+  ok[idx] = False   # still failing (never seen): reported unreachable
+  return np.where(ok, _from_x(kind, x), np.nan), ~ok
 
 
 def _boundary(kind, accountant, target, delta, a, b, orders_checked, orders, rtol):

@@ -86,17 +86,17 @@ def _compose_group(p, i_lo, steps, start, nbits, *, size):
 
   Args:
     p: (2m, phases, width) one-step PMFs, the m pessimistic rows then the m
-      optimistic ones.  i_lo, steps: (m, phases).  start: (m,) window starts.
-    nbits: (phases,) bits of each phase's largest step count.
+      optimistic ones (or 2m configurations' pessimistic rows: each row is
+      composed on its own).  i_lo, steps: (2m, phases) of each row.
+    start: (2m,) window starts.  nbits: (phases,) bits of each phase's
+      largest step count.
   Returns:
     ``(w, power_err, level)``: the (2m, size) composed windows, the powers'
     round-off allowance of each row (:func:`_compose`) and its FFT round-off
     level, the larger of the most negative entry (exact values are >= 0) and
     ``eps_machine`` times the largest one.
   """
-  lo2 = jnp.concatenate([i_lo, i_lo])
-  st2 = jnp.concatenate([steps, steps])
-  w, power_err = _compose_batch(p, lo2, st2, jnp.concatenate([start, start]), nbits, size=size)
+  w, power_err = _compose_batch(p, i_lo, steps, start, nbits, size=size)
   level = jnp.maximum(jnp.maximum(-jnp.min(w, axis=-1), 0.0),
                       jnp.finfo(w.dtype).eps * jnp.max(w, axis=-1))
   return w, power_err, level

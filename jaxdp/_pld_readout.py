@@ -132,7 +132,8 @@ def _read_range(start, h, length, floor):
   return int(min(max(math.floor(floor / h) - 1 - start, 0), top))
 
 
-def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length, want_epsilon):
+def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length, want_epsilon,
+           want_lower=True):
   """Upper and lower bounds of a group's queries from its composed windows.
 
   Args:
@@ -147,6 +148,8 @@ def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length
       optimistic ones are at least shift[1] above theirs.
     length: (m,) nodes of each certified window (<= N).
     want_epsilon: queries are target δ's (else ε's).
+    want_lower: False when ``w`` holds the m pessimistic rows alone (``lower``
+      is then -inf).
   Returns:
     (upper, lower): (m, K) NumPy arrays.
 
@@ -173,7 +176,7 @@ def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length
   size = w.shape[-1]
   per_node = 4.0 * np.asarray(level) + np.asarray(power_err) / size
   upper = np.empty(queries.shape)
-  lower = np.empty(queries.shape)
+  lower = np.full(queries.shape, -np.inf)
   for r in range(m):
     # The smallest ε read: 0 for ε queries (a negative ε is reported as 0),
     # else the smallest queried ε; in node losses, less each PMF's shift.
@@ -181,15 +184,19 @@ def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length
     k0 = _read_range(start[r], h[r], length[r], least - shift[0][r])
     j0 = _read_range(start[r], h[r], length[r], least - shift[1][r])
     w_p = np.maximum(w[r, k0:length[r]], 0.0)
-    w_o = w[m + r, j0:length[r]]
     if want_epsilon:
       upper[r] = epsilon_on_window(w_p, start[r] + k0, h[r], inf_mass[r], queries[r],
                                    per_node=per_node[r]) + shift[0][r]
-      lower[r] = epsilon_on_window(w_o, start[r] + j0, h[r], 0.0, queries[r] + wrap[r],
-                                   lower=True, per_node=per_node[m + r]) + shift[1][r]
     else:
       upper[r] = delta_on_window(w_p, start[r] + k0, h[r], inf_mass[r], queries[r] - shift[0][r],
                                  per_node=per_node[r])
+    if not want_lower:
+      continue
+    w_o = w[m + r, j0:length[r]]
+    if want_epsilon:
+      lower[r] = epsilon_on_window(w_o, start[r] + j0, h[r], 0.0, queries[r] + wrap[r],
+                                   lower=True, per_node=per_node[m + r]) + shift[1][r]
+    else:
       lower[r] = delta_on_window(w_o, start[r] + j0, h[r], 0.0, queries[r] - shift[1][r],
                                  per_node=-per_node[m + r]) - wrap[r]
   return upper, lower

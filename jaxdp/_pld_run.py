@@ -30,10 +30,11 @@ _ROWS = 8
 _BATCHED_MAX = 2 ** 15
 
 
-def _row_batches(idx, cap, size):
+def _row_batches(idx, cap, size, per=1):
   """Index batches of one FFT length ``size``: (padded indices, real count)
-  pairs (``cap``: the memory cap in rows)."""
-  rows = 1 if size > _BATCHED_MAX else max(1, min(_ROWS, _pow2(cap + 1, least=1) // 2))
+  pairs (``cap``: the memory cap in rows; ``per`` configurations per row
+  pair: 2 where only the pessimistic PMFs are composed)."""
+  rows = per * (1 if size > _BATCHED_MAX else max(1, min(_ROWS, _pow2(cap + 1, least=1) // 2)))
   out = []
   for c0 in range(0, len(idx), rows):
     sel = idx[c0:c0 + rows]
@@ -54,7 +55,7 @@ def _tail_budget(queries, want_epsilon, n_ph):
   return np.maximum(_TAIL, TAIL_FRACTION * least / n_ph)
 
 
-def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None):
+def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=True):
   """Composes U configurations (both directions) and answers (U, K) queries.
 
   Args:
@@ -64,6 +65,9 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None):
     extra: None, or U lists of (``jaxdp.pairs.Mechanism``, count): other
       events of each configuration, discretised on its grid on the host
       (:mod:`jaxdp._pld_extra`) and composed as more phases of the kernel.
+    want_lower: False for upper bounds alone (``lower`` is then -inf): the
+      optimistic PMFs are neither built nor composed, and each composition
+      call holds twice the configurations (the same compiled programs).
   Returns:
     (upper, lower, grow): (U, K) arrays, for want_epsilon the ε bounds for
     target δ's, otherwise the δ bounds for given ε's; and (U,) factors by
@@ -116,7 +120,8 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None):
 
       staged.append((sel, start, m, _stage1(pad(qf, 0.5), pad(sf, 1.0), pad(hh_rows, 1.0),
                                             pad(i_lo, 0), pad(tf, 1.0), pad(log_inv_rows, 1.0),
-                                            rob, j0, start, n_rows, remove=remove)))
+                                            rob, j0, start, n_rows, remove=remove,
+                                            want_lower=want_lower)))
     # Other events on each configuration's grid (jaxdp._pld_extra), on the
     # host while the kernels above run.
     on = [None] * u_count
@@ -153,27 +158,33 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None):
     for sz in np.unique(size[size > 0]):
       idx = np.nonzero(size == sz)[0]
       chunk = max(1, _MAX_ELEMS // (int(sz) * (n_ph + n_ex)))
-      for sel, m in _row_batches(idx, chunk, int(sz)):
+      for sel, m in _row_batches(idx, chunk, int(sz), 1 if want_lower else 2):
         # One program per (rows, FFT length): PMFs padded to the window (or,
         # rarely, to a one-step grid longer than it).
         width = max(int(sz), _pow2(max(np.max(n_cfg[sel]), np.max(ex_width[sel]))))
         pp = np.zeros((len(sel), n_ph + n_ex, width))
-        po = np.zeros((len(sel), n_ph + n_ex, width))
+        po = np.zeros((len(sel) if want_lower else 1, n_ph + n_ex, width))
         lo_all = np.zeros((len(sel), n_ph + n_ex), np.int64)
         st_int = np.zeros((len(sel), n_ph + n_ex), np.int64)   # count 0: padding
         lo_all[:, :n_ph] = lo_cfg[sel]
         st_int[:, :n_ph] = steps[sel]
         for r, k in enumerate(sel):
+          ro = r if want_lower else 0   # without lower bounds: a scratch row
           for ph in range(n_ph):
             row = k * n_ph + ph
             pp[r, ph, :n[row]] = p_pess[row]
-            po[r, ph, :n[row]] = p_opt[row]
+            if want_lower:
+              po[r, ph, :n[row]] = p_opt[row]
           if on[k]:
-            _pld_extra.place(on[k], n_ph, pp[r], po[r], lo_all[r], st_int[r])
+            _pld_extra.place(on[k], n_ph, pp[r], po[ro], lo_all[r], st_int[r])
         # traced, per phase: no recompiles
         nbits = np.array([max(1, int(t).bit_length()) for t in st_int.max(axis=0)], np.int32)
         win_start = a_cfg[sel].astype(np.int64)
-        composed = _compose_group(np.concatenate([pp, po]), lo_all, st_int, win_start, nbits,
+        if want_lower:       # the pessimistic rows, then the optimistic ones
+          rows_p, pair = np.concatenate([pp, po]), lambda x: np.concatenate([x, x])
+        else:                # every row of the call a configuration's pessimistic PMF
+          rows_p, pair = pp, lambda x: x
+        composed = _compose_group(rows_p, pair(lo_all), pair(st_int), pair(win_start), nbits,
                                   size=int(sz))
         real = sel[:m]
         pending.append((real, len(sel), composed, (win_start[:m], h[real], inf_cfg[real],
@@ -184,9 +195,10 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None):
   # group's windows are read out, XLA composes the later groups.
   for real, rows, composed, args in pending:
     m = len(real)
-    keep = np.r_[0:m, rows:rows + m]   # the real rows, not the padding copies
+    # the real rows, not the padding copies
+    keep = np.r_[0:m, rows:rows + m] if want_lower else np.r_[0:m]
     up, lo = _pld_readout.answer(*(np.asarray(o)[keep] for o in composed), *args,
-                                 want_epsilon=want_epsilon)
+                                 want_epsilon=want_epsilon, want_lower=want_lower)
     upper[real] = np.maximum(upper[real], up)
     lower[real] = np.maximum(lower[real], lo)
   over = grow > 1.0
@@ -195,7 +207,8 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None):
   return upper, lower, grow
 
 
-def _run_within_memory(q, sigma, steps, h, queries, *, want_epsilon, automatic, extra=None):
+def _run_within_memory(q, sigma, steps, h, queries, *, want_epsilon, automatic, extra=None,
+                       want_lower=True):
   """:func:`_run` with the memory caps enforced for every input.
 
   Configurations whose grids would exceed the caps are recomputed with h
@@ -205,7 +218,8 @@ def _run_within_memory(q, sigma, steps, h, queries, *, want_epsilon, automatic, 
   """
   h = np.asarray(h, np.float64).copy()
   q, sigma, steps = (np.asarray(a, np.float64).reshape(len(h), -1) for a in (q, sigma, steps))
-  upper, lower, grow = _run(q, sigma, steps, h, queries, want_epsilon=want_epsilon, extra=extra)
+  upper, lower, grow = _run(q, sigma, steps, h, queries, want_epsilon=want_epsilon, extra=extra,
+                            want_lower=want_lower)
   for _ in range(8):
     over = np.nonzero(grow > 1.0)[0]
     if not len(over):
@@ -218,7 +232,7 @@ def _run_within_memory(q, sigma, steps, h, queries, *, want_epsilon, automatic, 
           f"steps={steps[k].tolist()}; use at least {h[k] * grow[k] * 1.05:.6g} or None.")
     h[over] *= grow[over] * 1.05
     u, l, g = _run(q[over], sigma[over], steps[over], h[over], queries[over],
-                   want_epsilon=want_epsilon,
+                   want_epsilon=want_epsilon, want_lower=want_lower,
                    extra=None if extra is None else [extra[i] for i in over])
     upper[over], lower[over] = u, l
     grow = np.ones_like(grow)

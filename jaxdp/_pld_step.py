@@ -231,11 +231,13 @@ def _scan_minplus(cap, w, reset):
   return jnp.moveaxis(y, 0, -1)
 
 
-def _single_step(q, sigma, h, i_lo, lay, *, remove):
+def _single_step(q, sigma, h, i_lo, lay, *, remove, want_lower=True):
   """One-step pessimistic and optimistic PMFs on the grids (i_lo + j)·h.
 
   Args:
     q, sigma, h, i_lo: (rows,) parameters.  lay: the packed layout (_Rows).
+    remove, want_lower: booleans (may be traced); without want_lower the
+      optimistic PMF is all zeros (not built).
   Returns:
     (p_pess, inf_pess, p_opt): p_* of shape (blocks, _BLK), zero at j >= n;
     inf_pess (rows,).
@@ -296,22 +298,28 @@ def _single_step(q, sigma, h, i_lo, lay, *, remove):
   p_in = jnp.where(valid, alpha + lay.prv(beta), 0.0)
   p_pess = jnp.where(j == 0, p_in + lay.row(below), p_in)
 
-  # Optimistic (certified lower bound, module docstring): node slacks E_j.
-  p_opt, feasible = _optimistic(pb, qb, below, q_below, above, q_above, eps, h_, lay)
-  # Fallback (flagged infeasible slack problem, only for grids much coarser
-  # than the loss spread): plain rounding down of every bucket's P-mass to its
-  # lower node, above-grid mass to the top node, below-grid mass dropped.
-  p_down = jnp.where(inside, pb, 0.0) + jnp.where(top, lay.row(above), 0.0)
-  p_opt = jnp.where(lay.row(feasible), p_opt, jnp.where(valid, p_down, 0.0))
-  # Round-off in the total mass is raised to the power T by composition
-  # ((1 + 3e-13)^(10^6) - 1 = 3e-7 at q = 1, σ = 100, T = 10^6, where the
-  # optimistic δ then exceeded the exact one).  The optimistic PMF is scaled
-  # to total mass <= 1 - 4 eps (a sub-probability only lowers δ); the
-  # pessimistic deficit 1 - (Σ p + above) goes to the infinity atom (only
-  # raises δ).
-  fp = jnp.finfo(p_opt.dtype).eps
-  tot_opt = lay.total(p_opt)
-  p_opt = p_opt * lay.row(jnp.minimum(1.0, (1.0 - 4.0 * fp) / jnp.where(tot_opt > 0, tot_opt, 1.0)))
+  def optimistic():
+    # Optimistic (certified lower bound, module docstring): node slacks E_j.
+    p_opt, feasible = _optimistic(pb, qb, below, q_below, above, q_above, eps, h_, lay)
+    # Fallback (flagged infeasible slack problem, only for grids much coarser
+    # than the loss spread): plain rounding down of every bucket's P-mass to its
+    # lower node, above-grid mass to the top node, below-grid mass dropped.
+    p_down = jnp.where(inside, pb, 0.0) + jnp.where(top, lay.row(above), 0.0)
+    p_opt = jnp.where(lay.row(feasible), p_opt, jnp.where(valid, p_down, 0.0))
+    # Round-off in the total mass is raised to the power T by composition
+    # ((1 + 3e-13)^(10^6) - 1 = 3e-7 at q = 1, σ = 100, T = 10^6, where the
+    # optimistic δ then exceeded the exact one).  The optimistic PMF is scaled
+    # to total mass <= 1 - 4 eps (a sub-probability only lowers δ); the
+    # pessimistic deficit 1 - (Σ p + above) goes to the infinity atom (only
+    # raises δ).
+    fp = jnp.finfo(p_opt.dtype).eps
+    tot_opt = lay.total(p_opt)
+    return p_opt * lay.row(jnp.minimum(1.0, (1.0 - 4.0 * fp)
+                                       / jnp.where(tot_opt > 0, tot_opt, 1.0)))
+
+  # Upper bounds alone (want_lower False, a traced scalar: one program) skip
+  # the optimistic construction, half of this kernel's time.
+  p_opt = jax.lax.cond(want_lower, optimistic, lambda: jnp.zeros_like(p_pess))
   tot_pess = lay.total(p_pess) + above
   return p_pess, above + jnp.maximum(1.0 - tot_pess, 0.0), p_opt
 
@@ -477,7 +485,7 @@ def _chernoff_edges(p, steps, h, lay, upper, order=None, log_inv=-math.log(_TAIL
   return jnp.maximum(-e, 0.0), order
 
 
-def _stage1(q, sigma, h, i_lo, steps, log_inv, rob, j0, start, n, *, remove):
+def _stage1(q, sigma, h, i_lo, steps, log_inv, rob, j0, start, n, *, remove, want_lower=True):
   """One-step PMFs of packed rows (:class:`_Rows`) and their composed windows.
 
   Returns the flat PMFs, the per-row infinity mass and window [a, b] of loss
@@ -494,31 +502,42 @@ def _stage1(q, sigma, h, i_lo, steps, log_inv, rob, j0, start, n, *, remove):
 
   Two compiled calls: fused into one, XLA's fusion of the PMF construction
   with the edge reductions measured ~1.5x slower.
+
+  Without ``want_lower`` (upper bounds alone) the optimistic PMF is not built
+  (zeros) and the window is the pessimistic PMF's: its lower edge, like the
+  optimistic one's upper edge, only matters for accuracy.
   """
-  p_pess, inf_pess, p_opt = _one_step(q, sigma, h, i_lo, rob, j0, start, n, jnp.asarray(remove))
-  a, b = _edges(p_pess, p_opt, steps, h, i_lo, log_inv, rob, j0, start, n)
+  flags = (jnp.asarray(remove), jnp.asarray(want_lower))
+  p_pess, inf_pess, p_opt = _one_step(q, sigma, h, i_lo, rob, j0, start, n, *flags)
+  a, b = _edges(p_pess, p_opt, steps, h, i_lo, log_inv, rob, j0, start, n, flags[1])
   return p_pess.reshape(-1), inf_pess, p_opt.reshape(-1), a, b
 
 
 @jax.jit
-def _one_step(q, sigma, h, i_lo, rob, j0, start, n, remove):
-  return _single_step(q, sigma, h, i_lo, _Rows(rob, j0, start, n), remove=remove)
+def _one_step(q, sigma, h, i_lo, rob, j0, start, n, remove, want_lower):
+  return _single_step(q, sigma, h, i_lo, _Rows(rob, j0, start, n), remove=remove,
+                      want_lower=want_lower)
 
 
 @jax.jit
-def _edges(p_pess, p_opt, steps, h, i_lo, log_inv, rob, j0, start, n):
+def _edges(p_pess, p_opt, steps, h, i_lo, log_inv, rob, j0, start, n, want_lower):
   lay = _Rows(rob, j0, start, n)
   # The certified edges (pessimistic top, optimistic bottom), widened to the
   # other PMF's edges so that neither composition is cut short by the other.
   # The two PMFs are close, so the other PMF's edge is taken at the certified
   # edge's best order (any order gives a valid Chernoff edge; the window is
   # at least as wide as with the other PMF's own best order, and searching
-  # that again doubled the cost of this kernel).
+  # that again doubled the cost of this kernel). Without want_lower: the
+  # pessimistic PMF's two edges alone.
   edge = functools.partial(_chernoff_edges, steps=steps, h=h, lay=lay, log_inv=log_inv)
   hi, t_hi = edge(p_pess, upper=True)
-  lo, t_lo = edge(p_opt, upper=False)
-  hi = jnp.maximum(hi, edge(p_opt, upper=True, order=t_hi)[0])
-  lo = jnp.minimum(lo, edge(p_pess, upper=False, order=t_lo)[0])
+
+  def both():
+    lo, t_lo = edge(p_opt, upper=False)
+    return (jnp.maximum(hi, edge(p_opt, upper=True, order=t_hi)[0]),
+            jnp.minimum(lo, edge(p_pess, upper=False, order=t_lo)[0]))
+
+  hi, lo = jax.lax.cond(want_lower, both, lambda: (hi, edge(p_pess, upper=False)[0]))
   return steps * i_lo + jnp.floor(lo) - _EDGE_PAD, steps * i_lo + jnp.ceil(hi) + _EDGE_PAD
 
 

@@ -148,10 +148,11 @@ def sigma(target_epsilon=None, delta=None, q=None, steps=None, *, accountant: st
     q: sampling rate(s) in [0, 1], or a :mod:`jaxdp.sampling` sampler (then
       scalar arguments; σ by bisection on that sampler's ε).
     steps: number(s) of steps (whole numbers ≥ 0).
-    accountant: "rdp" (default) or "pld" (tight; secant/bracket rounds of
-      batched ``jaxdp.epsilon(accountant="pld")`` calls on the targets still
-      open, from the RDP answer (:mod:`jaxdp._host_bracket`); ~7 rounds of
-      ~20 ms per target, much slower than RDP).
+    accountant: "rdp" (default) or "pld" (tight; bracket rounds of batched
+      PLD upper bounds on the targets still open, from the RDP boundary
+      (:mod:`jaxdp._host_bracket`), then one check by
+      ``jaxdp.epsilon(accountant="pld")``'s evaluation; ~5 rounds of
+      ~10 ms per target, much slower than RDP).
     rtol: relative tolerance on σ, in (0, 0.1].
     orders: RDP orders (default None: every real order α > 1).
     target_tpr: TPR bound(s) in (at_fpr, 1) for attack-aware calibration.

@@ -251,13 +251,16 @@ def _prepare(q, sigma, steps, value, value_name, value_kw, value_discretization_
   return shape, trivial, cfg, inverse, slot, table, h
 
 
-def _scatter_bounds(trivial, cfg, inverse, slot, table, h, want_epsilon, automatic):
-  """(upper, lower) for every query: 0 where trivial, else from the composed PLDs."""
+def _scatter_bounds(trivial, cfg, inverse, slot, table, h, want_epsilon, automatic,
+                    want_lower=True):
+  """(upper, lower) for every query: 0 where trivial, else from the composed PLDs
+  (lower -inf there without ``want_lower``)."""
   up = np.zeros(trivial.shape)
   lo = np.zeros(trivial.shape)
   if len(cfg):
     u, l = _run_within_memory(cfg[:, 0], cfg[:, 1], cfg[:, 2], h, table,
-                              want_epsilon=want_epsilon, automatic=automatic)
+                              want_epsilon=want_epsilon, automatic=automatic,
+                              want_lower=want_lower)
     up[~trivial] = u[inverse, slot]
     lo[~trivial] = l[inverse, slot]
   return up, lo
@@ -327,7 +330,7 @@ def epsilon(q, sigma, steps, delta, *, value_discretization_interval=None, rtol=
 
 
 def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=None,
-                   rtol=1e-3, finite_fallback=False, full_rdp=True):
+                   rtol=1e-3, finite_fallback=False, full_rdp=True, want_lower=True):
   """The guarded PLD interval of :func:`epsilon` (name "epsilon", value = δ)
   or :func:`delta` (name "delta", value = ε), and the RDP upper bound the
   guards compared it with (host level: call under float64).
@@ -340,9 +343,18 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
   interval alone, and the PLD calibration rounds) the RDP bound is the cheap
   one of :func:`_rdp_ceiling` wherever that suffices.
 
+  Without ``want_lower`` (the PLD calibration's rounds, which read the upper
+  end alone) the optimistic PMFs are neither built nor composed, ~half the
+  work: ``upper`` is the same pessimistic bound (not bit for bit: its window
+  is the pessimistic PMF's alone), checked against the one-step value and
+  the RDP bound, and ``lower`` is the one-step value. Not with
+  ``finite_fallback`` (which needs the interval's width).
+
   Returns:
     ``(lower, upper, rdp_upper)`` NumPy arrays of the broadcast shape.
   """
+  if finite_fallback and not want_lower:
+    raise ValueError("finite_fallback needs the lower bound (want_lower=True)")
   if name == "epsilon":
     checks = dict(low=0.0, high=1.0, low_open=True)
     clip = lambda x: np.maximum(x, 0.0)
@@ -353,7 +365,8 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
   shape, trivial, cfg, inverse, slot, table, h = _prepare(
       q, sigma, steps, value, value_name, checks, value_discretization_interval, rtol)
   up, lo = _scatter_bounds(trivial, cfg, inverse, slot, table, h, want_epsilon=name == "epsilon",
-                           automatic=value_discretization_interval is None)
+                           automatic=value_discretization_interval is None,
+                           want_lower=want_lower)
   up = clip(up).reshape(shape)
   if name == "epsilon" and finite_fallback:   # +∞ at extreme inputs
     lo, up = _pld_fallback.finite_epsilon(
