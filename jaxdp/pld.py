@@ -221,7 +221,9 @@ def _prepare(q, sigma, steps, value, value_name, value_kw, value_discretization_
   if value_discretization_interval is not None:
     num.check_array("value_discretization_interval", value_discretization_interval,
                     low=0.0, low_open=True)
-  num.check_array("rtol", rtol, low=0.0, low_open=True)
+  # (0, 0.1] as in jaxdp.pld_general, whose engine answers where this one's
+  # interval is wide (rtol 0.3 passed here and then failed inside it).
+  num.check_array("rtol", rtol, low=0.0, low_open=True, high=0.1)
   shape = num.check_same_shape(q=q, sigma=sigma, steps=steps, **{value_name: value})
   arrs = [np.broadcast_to(np.asarray(x, np.float64), shape).ravel()
           for x in (q, sigma, steps, value)]
@@ -282,7 +284,8 @@ def delta(q, sigma, steps, epsilon, *, value_discretization_interval=None, rtol=
     epsilon: ε >= 0 (may be +inf).
     value_discretization_interval: loss grid h; None picks it from
       :func:`grid_interval`.
-    rtol: target relative accuracy used when h is picked automatically.
+    rtol: target relative accuracy used when h is picked automatically, in
+      (0, 0.1].
     return_bounds: also return the certified optimistic lower bound.
 
   Returns:

@@ -128,6 +128,9 @@ def test_pld_host_functions():
   _expect(lambda: pld.delta(0.1, 1.0, 10, 1.0, value_discretization_interval=0.0),
           "value_discretization_interval", 0.0)
   _expect(lambda: pld.delta(0.1, 1.0, 10, 1.0, rtol=-1.0), "rtol", -1.0)
+  # above 0.1 (the general engine's range: pld.epsilon(rtol=0.3) used to
+  # pass here and fail inside the fallback at small σ)
+  _expect(lambda: pld.epsilon(0.1, 1.0, 10, 1e-5, rtol=0.3), "rtol", 0.3)
   _expect(lambda: pld.delta(A([0.1, NAN]), 1.0, 10, 1.0), "q", NAN, index=(1,))
   msg = _expect(lambda: pld.delta(A([0.1, 0.2]), A([1.0, 2.0, 3.0]), 10, 1.0), "q")
   assert "sigma" in msg
