@@ -93,6 +93,7 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
   tail = _tail_budget(queries, want_epsilon, n_ph)
   tail_rows = np.repeat(tail, n_ph)
   log_inv_rows = -np.log(tail_rows)
+  directions = []
   for remove in (True, False):
     i_lo, i_hi = _grid_range(qf, sf, tf, hh_rows, remove, tail_rows)
     i_lo = np.where(live, i_lo, 0)
@@ -154,53 +155,70 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
     size = np.array([_fft_size(k) for k in (b_cfg - a_cfg + 1)])
     ok_cfg = grow <= 1.0
     grow = np.maximum(grow, np.where(ok_cfg, size / _MAX_FFT, 0.0))
-    size = np.where(grow <= 1.0, size, 0)
-    for sz in np.unique(size[size > 0]):
-      idx = np.nonzero(size == sz)[0]
-      chunk = max(1, _MAX_ELEMS // (int(sz) * (n_ph + n_ex)))
-      for sel, m in _row_batches(idx, chunk, int(sz), 1 if want_lower else 2):
-        # One program per (rows, FFT length): PMFs padded to the window (or,
-        # rarely, to a one-step grid longer than it).
-        width = max(int(sz), _pow2(max(np.max(n_cfg[sel]), np.max(ex_width[sel]))))
-        pp = np.zeros((len(sel), n_ph + n_ex, width))
-        po = np.zeros((len(sel) if want_lower else 1, n_ph + n_ex, width))
-        lo_all = np.zeros((len(sel), n_ph + n_ex), np.int64)
-        st_int = np.zeros((len(sel), n_ph + n_ex), np.int64)   # count 0: padding
-        lo_all[:, :n_ph] = lo_cfg[sel]
-        st_int[:, :n_ph] = steps[sel]
-        for r, k in enumerate(sel):
-          ro = r if want_lower else 0   # without lower bounds: a scratch row
-          for ph in range(n_ph):
-            row = k * n_ph + ph
-            pp[r, ph, :n[row]] = p_pess[row]
-            if want_lower:
-              po[r, ph, :n[row]] = p_opt[row]
-          if on[k]:
-            _pld_extra.place(on[k], n_ph, pp[r], po[ro], lo_all[r], st_int[r])
-        # traced, per phase: no recompiles
-        nbits = np.array([max(1, int(t).bit_length()) for t in st_int.max(axis=0)], np.int32)
-        win_start = a_cfg[sel].astype(np.int64)
-        if want_lower:       # the pessimistic rows, then the optimistic ones
-          rows_p, pair = np.concatenate([pp, po]), lambda x: np.concatenate([x, x])
-        else:                # every row of the call a configuration's pessimistic PMF
-          rows_p, pair = pp, lambda x: x
-        composed = _compose_group(rows_p, pair(lo_all), pair(st_int), pair(win_start), nbits,
-                                  size=int(sz))
-        real = sel[:m]
-        pending.append((real, len(sel), composed, (win_start[:m], h[real], inf_cfg[real],
-                                                   queries[real], wrap_cfg[real],
-                                                   shift[:, real],
-                                                   (b_cfg - a_cfg + 1)[real].astype(np.int64))))
+    directions.append(dict(p_pess=p_pess, p_opt=p_opt, n=n, n_cfg=n_cfg, lo_cfg=lo_cfg,
+                           a_cfg=a_cfg, b_cfg=b_cfg, inf_cfg=inf_cfg, shift=shift,
+                           ex_width=ex_width, wrap_cfg=wrap_cfg, on=on, size=size))
+  # Composition calls group the windows of both directions by FFT length (a
+  # call per direction and length left more padded rows: 83 row slots for
+  # the 64 windows of benchmarks/pld.py's batch).
+  items = [(d, u) for d in range(len(directions)) for u in range(u_count) if grow[u] <= 1.0]
+  item_size = np.array([directions[d]["size"][u] for d, u in items], np.int64)
+  for sz in np.unique(item_size):
+    group = [items[i] for i in np.nonzero(item_size == sz)[0]]
+    chunk = max(1, _MAX_ELEMS // (int(sz) * (n_ph + n_ex)))
+    for sel, m in _row_batches(np.arange(len(group)), chunk, int(sz), 1 if want_lower else 2):
+      cells = [group[i] for i in sel]
+      # One program per (rows, FFT length): PMFs padded to the window (or,
+      # rarely, to a one-step grid longer than it).
+      width = max(int(sz), _pow2(max(max(int(directions[d]["n_cfg"][u].max()),
+                                         int(directions[d]["ex_width"][u])) for d, u in cells)))
+      pp = np.zeros((len(cells), n_ph + n_ex, width))
+      po = np.zeros((len(cells) if want_lower else 1, n_ph + n_ex, width))
+      lo_all = np.zeros((len(cells), n_ph + n_ex), np.int64)
+      st_int = np.zeros((len(cells), n_ph + n_ex), np.int64)   # count 0: padding
+      win_start = np.zeros(len(cells), np.int64)
+      for r, (d, k) in enumerate(cells):
+        dr = directions[d]
+        lo_all[r, :n_ph] = dr["lo_cfg"][k]
+        st_int[r, :n_ph] = steps[k]
+        win_start[r] = dr["a_cfg"][k]
+        ro = r if want_lower else 0   # without lower bounds: a scratch row
+        for ph in range(n_ph):
+          row = k * n_ph + ph
+          pp[r, ph, :dr["n"][row]] = dr["p_pess"][row]
+          if want_lower:
+            po[r, ph, :dr["n"][row]] = dr["p_opt"][row]
+        if dr["on"][k]:
+          _pld_extra.place(dr["on"][k], n_ph, pp[r], po[ro], lo_all[r], st_int[r])
+      # traced, per phase: no recompiles
+      nbits = np.array([max(1, int(t).bit_length()) for t in st_int.max(axis=0)], np.int32)
+      if want_lower:       # the pessimistic rows, then the optimistic ones
+        rows_p, pair = np.concatenate([pp, po]), lambda x: np.concatenate([x, x])
+      else:                # every row of the call a configuration's pessimistic PMF
+        rows_p, pair = pp, lambda x: x
+      composed = _compose_group(rows_p, pair(lo_all), pair(st_int), pair(win_start), nbits,
+                                size=int(sz))
+      real = cells[:m]
+      cfg = np.array([k for _, k in real], np.int64)
+
+      def take(key, real=real):
+        return np.array([directions[d][key][k] for d, k in real])
+
+      args = (win_start[:m], h[cfg], take("inf_cfg"), queries[cfg], take("wrap_cfg"),
+              np.array([directions[d]["shift"][:, k] for d, k in real]).T.reshape(2, m),
+              (take("b_cfg") - take("a_cfg") + 1).astype(np.int64))
+      pending.append((cfg, len(cells), composed, args))
   # Read-outs on the host (jaxdp._pld_readout), in dispatch order: while one
   # group's windows are read out, XLA composes the later groups.
   for real, rows, composed, args in pending:
-    m = len(real)
+    m = len(real)   # configuration of each real row (a configuration may recur:
+                    # its two directions can share a call)
     # the real rows, not the padding copies
     keep = np.r_[0:m, rows:rows + m] if want_lower else np.r_[0:m]
     up, lo = _pld_readout.answer(*(np.asarray(o)[keep] for o in composed), *args,
                                  want_epsilon=want_epsilon, want_lower=want_lower)
-    upper[real] = np.maximum(upper[real], up)
-    lower[real] = np.maximum(lower[real], lo)
+    np.maximum.at(upper, real, up)   # the worse of the two directions
+    np.maximum.at(lower, real, lo)
   over = grow > 1.0
   upper[over] = np.nan
   lower[over] = np.nan
