@@ -472,13 +472,13 @@ def _pld_boundary(kind, target, delta, a, b, rtol):
   targets still open (the batched PLD's programs depend on the FFT lengths
   and the one-step chunk sizes, not on the number of configurations), and
   they read the upper end alone (``want_lower=False``: no optimistic PMFs,
-  ~1/3 cheaper per round). The answer is the smallest σ (largest q) whose ε
-  that evaluated <= target, checked once by the full guarded evaluation
-  (what :func:`jaxdp.epsilon` reports: its window may differ, ε within
-  ~1e-8 relative) and moved up by tol/4, tol, 4·tol, ... where that check
-  fails. On the 32 targets of ``benchmarks/calibration.py``: 5 rounds (64,
-  32, 35, 41 and 4 evaluations) and the check, against 9 rounds of full
-  evaluations before.
+  ~1/3 cheaper per round), which is bit for bit the upper end of the full
+  evaluation that :func:`jaxdp.epsilon` reports (the pessimistic PMF, its
+  window and the composition programs do not depend on the optimistic side
+  or on the other configurations of a call: ``tests/test_pld_upper_only.py``).
+  The answer is the smallest σ (largest q) whose ε that evaluated <= target.
+  On the 32 targets of ``benchmarks/calibration.py``: 5 rounds (64, 32, 35,
+  41 and 4 evaluations), against 9 rounds of full evaluations before.
   """
   xmin, xmax = _bounds(kind)
 
@@ -491,8 +491,8 @@ def _pld_boundary(kind, target, delta, a, b, rtol):
     q_, s_ = qs(x, idx)
     return _host_rdp.small_order_ceiling("epsilon", q_, s_, b[idx], delta[idx])
 
-  def pld_eps(x, idx, full=False):
-    return _check_epsilon("pld", *qs(x, idx), b[idx], delta[idx], None, want_lower=full)
+  def pld_eps(x, idx):
+    return _check_epsilon("pld", *qs(x, idx), b[idx], delta[idx], None, want_lower=False)
 
   x0 = _first_guess(kind, target, delta, a, b)
   x0 = np.clip(np.where(np.isfinite(x0), x0, xmax), xmin, xmax)
@@ -505,22 +505,9 @@ def _pld_boundary(kind, target, delta, a, b, rtol):
   # The PLD boundary lies below the RDP one (ε_PLD <= ε_RDP); a second start
   # where ε_PLD would meet the target were it e^0.2 below ε_RDP.
   x1 = x0 + _PLD_SECOND_START / np.clip(slope, -_PLD_SECOND_SLOPE, -1.0)
-  tol = 0.5 * max(rtol, 1e-9)
-  sol = _host_bracket.solve(pld_eps, target, x0, xmin, xmax, tol, slope, x1=x1)
-  # The rounds read the upper end alone (no optimistic PMFs: ~1/3 cheaper),
-  # whose window may differ from the full evaluation's (ε within ~1e-8
-  # relative). The answers are checked once with the full guarded
-  # evaluation, and moved up by tol/4, tol, 4 tol, ... where they fail.
-  x, ok = sol.hi.copy(), sol.has_hi.copy()
-  idx = np.nonzero(ok)[0]
-  for j in range(12):
-    if not idx.size:
-      break
-    bad = pld_eps(x[idx], idx, full=True) > target[idx]
-    idx = idx[bad]
-    x[idx] = np.minimum(x[idx] + 0.25 * tol * 4.0 ** j, xmax)
-  ok[idx] = False   # still failing (never seen): reported unreachable
-  return np.where(ok, _from_x(kind, x), np.nan), ~ok
+  sol = _host_bracket.solve(pld_eps, target, x0, xmin, xmax, 0.5 * max(rtol, 1e-9), slope,
+                            x1=x1)
+  return np.where(sol.has_hi, _from_x(kind, sol.hi), np.nan), ~sol.has_hi
 
 
 def _boundary(kind, accountant, target, delta, a, b, orders_checked, orders, rtol):

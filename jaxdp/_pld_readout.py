@@ -133,25 +133,25 @@ def _read_range(start, h, length, floor):
 
 
 def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length, want_epsilon,
-           want_lower=True):
-  """Upper and lower bounds of a group's queries from its composed windows.
+           lower=False):
+  """Bounds of a group's queries from composed windows of one kind.
 
   Args:
-    w: (2m, N) composed windows (NumPy), the m pessimistic rows then the m
-      optimistic ones; power_err, level: (2m,) the composition's round-off
-      terms (:func:`jaxdp._pld_compose._compose_group`).
+    w: (m, N) composed windows (NumPy), all pessimistic (upper bounds) or all
+      optimistic (``lower``); power_err, level: (m,) the composition's
+      round-off terms (:func:`jaxdp._pld_compose._compose_group`).
     start: (m,) window starts.  h, inf_mass: (m,).  queries: (m, K).
     wrap: (m,) the Chernoff mass that may have wrapped from below the window
-      to its top (the tail budget per phase).  shift: (2, m) loss shifts of
-      host-discretised phases (:mod:`jaxdp._pld_extra`): the pessimistic
-      composed losses may be up to shift[0] above their nodes, the
-      optimistic ones are at least shift[1] above theirs.
+      to its top (the tail budget per phase; lower bounds).  shift: (m,) loss
+      shifts of host-discretised phases (:mod:`jaxdp._pld_extra`): the
+      pessimistic composed losses may be up to the shift above their nodes,
+      the optimistic ones are at least the shift above theirs.
     length: (m,) nodes of each certified window (<= N).
     want_epsilon: queries are target δ's (else ε's).
-    want_lower: False when ``w`` holds the m pessimistic rows alone (``lower``
-      is then -inf).
+    lower: read lower bounds from optimistic windows (else upper bounds
+      from pessimistic ones; ``inf_mass`` applies to those).
   Returns:
-    (upper, lower): (m, K) NumPy arrays.
+    (m, K) NumPy array.
 
   Only the nodes a query can read are summed (:func:`_read_range`): up to
   the certified window's top, and from the node loss that reports ε = 0 (ε
@@ -175,28 +175,24 @@ def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length
   m = len(start)
   size = w.shape[-1]
   per_node = 4.0 * np.asarray(level) + np.asarray(power_err) / size
-  upper = np.empty(queries.shape)
-  lower = np.full(queries.shape, -np.inf)
+  out = np.empty(queries.shape)
   for r in range(m):
     # The smallest ε read: 0 for ε queries (a negative ε is reported as 0),
-    # else the smallest queried ε; in node losses, less each PMF's shift.
+    # else the smallest queried ε; in node losses, less the PMF's shift.
     least = 0.0 if want_epsilon else float(np.min(queries[r]))
-    k0 = _read_range(start[r], h[r], length[r], least - shift[0][r])
-    j0 = _read_range(start[r], h[r], length[r], least - shift[1][r])
-    w_p = np.maximum(w[r, k0:length[r]], 0.0)
-    if want_epsilon:
-      upper[r] = epsilon_on_window(w_p, start[r] + k0, h[r], inf_mass[r], queries[r],
-                                   per_node=per_node[r]) + shift[0][r]
-    else:
-      upper[r] = delta_on_window(w_p, start[r] + k0, h[r], inf_mass[r], queries[r] - shift[0][r],
+    k0 = _read_range(start[r], h[r], length[r], least - shift[r])
+    if not lower:
+      w_p = np.maximum(w[r, k0:length[r]], 0.0)
+      if want_epsilon:
+        out[r] = epsilon_on_window(w_p, start[r] + k0, h[r], inf_mass[r], queries[r],
+                                   per_node=per_node[r]) + shift[r]
+      else:
+        out[r] = delta_on_window(w_p, start[r] + k0, h[r], inf_mass[r], queries[r] - shift[r],
                                  per_node=per_node[r])
-    if not want_lower:
-      continue
-    w_o = w[m + r, j0:length[r]]
-    if want_epsilon:
-      lower[r] = epsilon_on_window(w_o, start[r] + j0, h[r], 0.0, queries[r] + wrap[r],
-                                   lower=True, per_node=per_node[m + r]) + shift[1][r]
+    elif want_epsilon:
+      out[r] = epsilon_on_window(w[r, k0:length[r]], start[r] + k0, h[r], 0.0,
+                                 queries[r] + wrap[r], lower=True, per_node=per_node[r]) + shift[r]
     else:
-      lower[r] = delta_on_window(w_o, start[r] + j0, h[r], 0.0, queries[r] - shift[1][r],
-                                 per_node=-per_node[m + r]) - wrap[r]
-  return upper, lower
+      out[r] = delta_on_window(w[r, k0:length[r]], start[r] + k0, h[r], 0.0, queries[r] - shift[r],
+                               per_node=-per_node[r]) - wrap[r]
+  return out

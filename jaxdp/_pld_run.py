@@ -32,8 +32,7 @@ _BATCHED_MAX = 2 ** 15
 
 def _row_batches(idx, cap, size, per=1):
   """Index batches of one FFT length ``size``: (padded indices, real count)
-  pairs (``cap``: the memory cap in rows; ``per`` configurations per row
-  pair: 2 where only the pessimistic PMFs are composed)."""
+  pairs (``cap``: the memory cap in rows; ``per`` windows per row slot)."""
   rows = per * (1 if size > _BATCHED_MAX else max(1, min(_ROWS, _pow2(cap + 1, least=1) // 2)))
   out = []
   for c0 in range(0, len(idx), rows):
@@ -104,11 +103,9 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
     grow = np.maximum(grow, row_grow)
     live_r = live & np.repeat(grow <= 1.0, n_ph)
     rows = len(qf)
-    p_pess = [np.zeros(1)] * rows
-    p_opt = [np.zeros(1)] * rows
+    pmfs = ([np.zeros(1)] * rows, [np.zeros(1)] * rows)   # pessimistic, optimistic
     inf1 = np.zeros(rows)
-    a = np.zeros(rows)
-    b = np.zeros(rows)
+    edges = np.zeros((4, rows))    # a_p, b_p, a_o, b_o
     idx = np.nonzero(live_r)[0]
     staged = []
     for part, nb_pad in _chunks(n[idx]):
@@ -130,95 +127,95 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
       if extra[u]:
         on[u] = _pld_extra.on_grid(extra[u], float(h[u]), remove, caches[u])
     for sel, start, m, out in staged:
-      pp, inf_p, po, aa, bb = (np.asarray(o) for o in out)
+      pp, inf_p, po, *win = (np.asarray(o) for o in out)
       for r, k in enumerate(sel):
-        p_pess[k] = pp[start[r]:start[r] + n[k]]
-        p_opt[k] = po[start[r]:start[r] + n[k]]
+        pmfs[0][k] = pp[start[r]:start[r] + n[k]]
+        pmfs[1][k] = po[start[r]:start[r] + n[k]]
       inf1[sel] = inf_p[:m]
-      a[sel] = aa[:m]
-      b[sel] = bb[:m]
+      edges[:, sel] = np.stack(win)[:, :m]
     # Union bound over phases: the window of the sum is the sum of windows.
-    a_cfg = a.reshape(u_count, n_ph).sum(1)
-    b_cfg = b.reshape(u_count, n_ph).sum(1)
+    a_p, b_p, a_o, b_o = edges.reshape(4, u_count, n_ph).sum(2)
     log_keep = (steps * np.log1p(-inf1.reshape(u_count, n_ph))).sum(1)
-    n_cfg = n.reshape(u_count, n_ph)
-    lo_cfg = i_lo.reshape(u_count, n_ph)
-    # The other events' windows and +inf masses join the Gaussian phases'.
-    inf_cfg, shift, ex_width = _pld_extra.join(on, extra, grow, a_cfg, b_cfg, log_keep)
+    # The other events' windows and +inf masses join the Gaussian phases'
+    # (their window, one for both PMFs, adds to each).
+    a_g, b_g = a_p.copy(), b_p.copy()
+    inf_cfg, shift, ex_width = _pld_extra.join(on, extra, grow, a_p, b_p, log_keep)
+    a_o += a_p - a_g
+    b_o += b_p - b_g
     inf_cfg += tail * n_ph + _TAIL * n_ex
     wrap_cfg = tail * n_ph + _TAIL * n_ex
-    # Window lengths: powers of two only. Each configuration's window depends
-    # on that configuration alone (its answer does not depend on what else
-    # is in the call), and few distinct lengths means few compiled programs
-    # (f·2^k lengths, f in {1,3,5,7,9}, wasted less FFT work but compiled up
-    # to five programs per octave).
-    size = np.array([_fft_size(k) for k in (b_cfg - a_cfg + 1)])
+    # Window lengths: powers of two only. Each window depends on its
+    # configuration alone (its answer does not depend on what else is in the
+    # call), and few distinct lengths means few compiled programs (f·2^k
+    # lengths, f in {1,3,5,7,9}, wasted less FFT work but compiled up to five
+    # programs per octave).
+    win_a, win_b = np.stack([a_p, a_o]), np.stack([b_p, b_o])   # (kind, U)
+    size = np.vectorize(_fft_size)(win_b - win_a + 1)
     ok_cfg = grow <= 1.0
-    grow = np.maximum(grow, np.where(ok_cfg, size / _MAX_FFT, 0.0))
-    directions.append(dict(p_pess=p_pess, p_opt=p_opt, n=n, n_cfg=n_cfg, lo_cfg=lo_cfg,
-                           a_cfg=a_cfg, b_cfg=b_cfg, inf_cfg=inf_cfg, shift=shift,
-                           ex_width=ex_width, wrap_cfg=wrap_cfg, on=on, size=size))
-  # Composition calls group the windows of both directions by FFT length (a
-  # call per direction and length left more padded rows: 83 row slots for
-  # the 64 windows of benchmarks/pld.py's batch).
-  items = [(d, u) for d in range(len(directions)) for u in range(u_count) if grow[u] <= 1.0]
-  item_size = np.array([directions[d]["size"][u] for d, u in items], np.int64)
+    grow = np.maximum(grow, np.where(ok_cfg, size.max(0) / _MAX_FFT, 0.0))
+    directions.append(dict(pmfs=pmfs, n=n, n_cfg=n.reshape(u_count, n_ph),
+                           lo_cfg=i_lo.reshape(u_count, n_ph), a=win_a, b=win_b,
+                           inf_cfg=inf_cfg, shift=shift, ex_width=ex_width, wrap_cfg=wrap_cfg,
+                           on=on, size=size))
+  # Composition calls group the windows of both directions and both kinds
+  # (pessimistic, optimistic) by FFT length, each window a row of its own:
+  # two rows per configuration's slot in a call, the same programs whether
+  # lower bounds are wanted or not. (A call per direction and length, with
+  # a configuration's two windows side by side, left more padded rows: 83
+  # row slots for the 64 windows of benchmarks/pld.py's batch.)
+  kinds = (0, 1) if want_lower else (0,)
+  items = [(d, u, c) for d in range(len(directions)) for c in kinds for u in range(u_count)
+           if grow[u] <= 1.0]
+  item_size = np.array([directions[d]["size"][c, u] for d, u, c in items], np.int64)
   for sz in np.unique(item_size):
     group = [items[i] for i in np.nonzero(item_size == sz)[0]]
     chunk = max(1, _MAX_ELEMS // (int(sz) * (n_ph + n_ex)))
-    for sel, m in _row_batches(np.arange(len(group)), chunk, int(sz), 1 if want_lower else 2):
+    for sel, m in _row_batches(np.arange(len(group)), chunk, int(sz), 2):
       cells = [group[i] for i in sel]
       # One program per (rows, FFT length): PMFs padded to the window (or,
       # rarely, to a one-step grid longer than it).
       width = max(int(sz), _pow2(max(max(int(directions[d]["n_cfg"][u].max()),
-                                         int(directions[d]["ex_width"][u])) for d, u in cells)))
+                                         int(directions[d]["ex_width"][u])) for d, u, _ in cells)))
       pp = np.zeros((len(cells), n_ph + n_ex, width))
-      po = np.zeros((len(cells) if want_lower else 1, n_ph + n_ex, width))
+      scratch = np.zeros((n_ph + n_ex, width))   # the other kind's rows of other events
       lo_all = np.zeros((len(cells), n_ph + n_ex), np.int64)
       st_int = np.zeros((len(cells), n_ph + n_ex), np.int64)   # count 0: padding
       win_start = np.zeros(len(cells), np.int64)
-      for r, (d, k) in enumerate(cells):
+      for r, (d, k, c) in enumerate(cells):
         dr = directions[d]
         lo_all[r, :n_ph] = dr["lo_cfg"][k]
         st_int[r, :n_ph] = steps[k]
-        win_start[r] = dr["a_cfg"][k]
-        ro = r if want_lower else 0   # without lower bounds: a scratch row
+        win_start[r] = dr["a"][c, k]
         for ph in range(n_ph):
           row = k * n_ph + ph
-          pp[r, ph, :dr["n"][row]] = dr["p_pess"][row]
-          if want_lower:
-            po[r, ph, :dr["n"][row]] = dr["p_opt"][row]
+          pp[r, ph, :dr["n"][row]] = dr["pmfs"][c][row]
         if dr["on"][k]:
-          _pld_extra.place(dr["on"][k], n_ph, pp[r], po[ro], lo_all[r], st_int[r])
+          rows2 = (pp[r], scratch) if c == 0 else (scratch, pp[r])
+          _pld_extra.place(dr["on"][k], n_ph, *rows2, lo_all[r], st_int[r])
       # traced, per phase: no recompiles
       nbits = np.array([max(1, int(t).bit_length()) for t in st_int.max(axis=0)], np.int32)
-      if want_lower:       # the pessimistic rows, then the optimistic ones
-        rows_p, pair = np.concatenate([pp, po]), lambda x: np.concatenate([x, x])
-      else:                # every row of the call a configuration's pessimistic PMF
-        rows_p, pair = pp, lambda x: x
-      composed = _compose_group(rows_p, pair(lo_all), pair(st_int), pair(win_start), nbits,
-                                size=int(sz))
-      real = cells[:m]
-      cfg = np.array([k for _, k in real], np.int64)
-
-      def take(key, real=real):
-        return np.array([directions[d][key][k] for d, k in real])
-
-      args = (win_start[:m], h[cfg], take("inf_cfg"), queries[cfg], take("wrap_cfg"),
-              np.array([directions[d]["shift"][:, k] for d, k in real]).T.reshape(2, m),
-              (take("b_cfg") - take("a_cfg") + 1).astype(np.int64))
-      pending.append((cfg, len(cells), composed, args))
+      composed = _compose_group(pp, lo_all, st_int, win_start, nbits, size=int(sz))
+      pending.append((cells[:m], composed))
   # Read-outs on the host (jaxdp._pld_readout), in dispatch order: while one
   # group's windows are read out, XLA composes the later groups.
-  for real, rows, composed, args in pending:
-    m = len(real)   # configuration of each real row (a configuration may recur:
-                    # its two directions can share a call)
-    # the real rows, not the padding copies
-    keep = np.r_[0:m, rows:rows + m] if want_lower else np.r_[0:m]
-    up, lo = _pld_readout.answer(*(np.asarray(o)[keep] for o in composed), *args,
-                                 want_epsilon=want_epsilon, want_lower=want_lower)
-    np.maximum.at(upper, real, up)   # the worse of the two directions
-    np.maximum.at(lower, real, lo)
+  for cells, composed in pending:
+    composed = [np.asarray(o) for o in composed]
+    for c, out in ((0, upper), (1, lower)):
+      rows = [r for r, cell in enumerate(cells) if cell[2] == c]
+      if not rows:
+        continue
+      ds = [(cells[r][0], cells[r][1]) for r in rows]
+      cfg = np.array([k for _, k in ds], np.int64)
+
+      def take(key, ds=ds):
+        return np.array([directions[d][key][..., k] for d, k in ds])
+
+      a_w, b_w = take("a")[:, c], take("b")[:, c]
+      got = _pld_readout.answer(
+          composed[0][rows], composed[1][rows], composed[2][rows], a_w.astype(np.int64),
+          h[cfg], take("inf_cfg"), queries[cfg], take("wrap_cfg"), take("shift")[:, c],
+          (b_w - a_w + 1).astype(np.int64), want_epsilon=want_epsilon, lower=c == 1)
+      np.maximum.at(out, cfg, got)   # the worse of the two directions
   over = grow > 1.0
   upper[over] = np.nan
   lower[over] = np.nan

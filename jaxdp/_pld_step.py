@@ -488,29 +488,28 @@ def _chernoff_edges(p, steps, h, lay, upper, order=None, log_inv=-math.log(_TAIL
 def _stage1(q, sigma, h, i_lo, steps, log_inv, rob, j0, start, n, *, remove, want_lower=True):
   """One-step PMFs of packed rows (:class:`_Rows`) and their composed windows.
 
-  Returns the flat PMFs, the per-row infinity mass and window [a, b] of loss
-  indices.  Only the two window edges that soundness relies on are
-  Chernoff-certified: the upper edge of the pessimistic PMF (the mass above
-  it is booked at infinity) and the lower edge of the optimistic one (the
-  mass below it, wrapped to the top, is subtracted from the lower bound).
-  The other two only matter for accuracy: pessimistic mass below the window
-  wraps to its top, which can only raise the pessimistic δ, and optimistic
-  mass above it wraps to its bottom, which can only lower the optimistic δ.
-  Both PMFs share the window, so each edge is the outer of the two PMFs'
-  Chernoff edges (a PMF whose construction failed cannot cut the other's
-  window short), plus ``_EDGE_PAD`` points.
+  Returns the flat PMFs, the per-row infinity mass and the windows [a_p,
+  b_p] (pessimistic) and [a_o, b_o] (optimistic) of loss indices: each PMF
+  composes in its own window.  Only the two window edges that soundness
+  relies on are Chernoff-certified: the upper edge of the pessimistic PMF
+  (the mass above it is booked at infinity) and the lower edge of the
+  optimistic one (the mass below it, wrapped to the top, is subtracted from
+  the lower bound).  The other two only matter for accuracy: pessimistic
+  mass below its window wraps to its top, which can only raise the
+  pessimistic δ, and optimistic mass above its window wraps to its bottom,
+  which can only lower the optimistic δ.  Each edge gets ``_EDGE_PAD``
+  points more.  The pessimistic window is a function of the pessimistic PMF
+  alone, so upper bounds alone (``want_lower`` False: the optimistic PMF is
+  not built, zeros, and its window is a copy) compose bit for bit what the
+  full evaluation composes (the PLD calibration's rounds rely on it).
 
   Two compiled calls: fused into one, XLA's fusion of the PMF construction
   with the edge reductions measured ~1.5x slower.
-
-  Without ``want_lower`` (upper bounds alone) the optimistic PMF is not built
-  (zeros) and the window is the pessimistic PMF's: its lower edge, like the
-  optimistic one's upper edge, only matters for accuracy.
   """
   flags = (jnp.asarray(remove), jnp.asarray(want_lower))
   p_pess, inf_pess, p_opt = _one_step(q, sigma, h, i_lo, rob, j0, start, n, *flags)
-  a, b = _edges(p_pess, p_opt, steps, h, i_lo, log_inv, rob, j0, start, n, flags[1])
-  return p_pess.reshape(-1), inf_pess, p_opt.reshape(-1), a, b
+  windows = _edges(p_pess, p_opt, steps, h, i_lo, log_inv, rob, j0, start, n, flags[1])
+  return (p_pess.reshape(-1), inf_pess, p_opt.reshape(-1)) + tuple(windows)
 
 
 @jax.jit
@@ -522,23 +521,22 @@ def _one_step(q, sigma, h, i_lo, rob, j0, start, n, remove, want_lower):
 @jax.jit
 def _edges(p_pess, p_opt, steps, h, i_lo, log_inv, rob, j0, start, n, want_lower):
   lay = _Rows(rob, j0, start, n)
-  # The certified edges (pessimistic top, optimistic bottom), widened to the
-  # other PMF's edges so that neither composition is cut short by the other.
-  # The two PMFs are close, so the other PMF's edge is taken at the certified
-  # edge's best order (any order gives a valid Chernoff edge; the window is
-  # at least as wide as with the other PMF's own best order, and searching
-  # that again doubled the cost of this kernel). Without want_lower: the
-  # pessimistic PMF's two edges alone.
+  # Each PMF composes in its own window. The pessimistic one's is a function
+  # of that PMF alone (both edges searched), so upper bounds alone
+  # (want_lower False) compose exactly what the full evaluation composes;
+  # the optimistic one's certified lower edge is searched, its upper edge
+  # (accuracy only) taken at the pessimistic top's best order (any order
+  # gives a valid Chernoff edge; the two PMFs are close).
   edge = functools.partial(_chernoff_edges, steps=steps, h=h, lay=lay, log_inv=log_inv)
-  hi, t_hi = edge(p_pess, upper=True)
-
-  def both():
-    lo, t_lo = edge(p_opt, upper=False)
-    return (jnp.maximum(hi, edge(p_opt, upper=True, order=t_hi)[0]),
-            jnp.minimum(lo, edge(p_pess, upper=False, order=t_lo)[0]))
-
-  hi, lo = jax.lax.cond(want_lower, both, lambda: (hi, edge(p_pess, upper=False)[0]))
-  return steps * i_lo + jnp.floor(lo) - _EDGE_PAD, steps * i_lo + jnp.ceil(hi) + _EDGE_PAD
+  hi_p, t_hi = edge(p_pess, upper=True)
+  lo_p = edge(p_pess, upper=False)[0]
+  lo_o, hi_o = jax.lax.cond(
+      want_lower,
+      lambda: (edge(p_opt, upper=False)[0], edge(p_opt, upper=True, order=t_hi)[0]),
+      lambda: (lo_p, hi_p))
+  base = steps * i_lo
+  return (base + jnp.floor(lo_p) - _EDGE_PAD, base + jnp.ceil(hi_p) + _EDGE_PAD,
+          base + jnp.floor(lo_o) - _EDGE_PAD, base + jnp.ceil(hi_o) + _EDGE_PAD)
 
 
 def _pack(n, nb_pad=None):

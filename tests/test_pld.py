@@ -400,13 +400,16 @@ def test_window_edges_hold_the_tails(q, sigma, steps, remove, tail):
     par = [np.full(r_pad, v) for v in (q, sigma, h)]
     lo_arr = np.zeros(r_pad, np.int64)
     lo_arr[0] = i_lo[0]
-    pp, _, po, a, b = (np.asarray(v) for v in pld._stage1(
+    pp, _, po, a_p, b_p, a_o, b_o = (np.asarray(v) for v in pld._stage1(
         *par, lo_arr, np.full(r_pad, float(steps)), np.full(r_pad, -np.log(tail)), rob, j0,
         start, n_rows, remove=remove))
   pp, po = pp[:n], po[:n]
   base = steps * int(i_lo[0])
-  hi_edge = int(b[0]) - pld._EDGE_PAD - base   # certified edges, in node sums
-  lo_edge = int(a[0]) + pld._EDGE_PAD - base
+  hi_edge = int(b_p[0]) - pld._EDGE_PAD - base   # certified edges, in node sums
+  lo_edge = int(a_o[0]) + pld._EDGE_PAD - base
+  # the accuracy edges (each PMF's other end) are Chernoff edges too
+  lo_p = int(a_p[0]) + pld._EDGE_PAD - base
+  hi_o = int(b_o[0]) - pld._EDGE_PAD - base
   comp_p, comp_o = np.ones(1), np.ones(1)
   for _ in range(steps):
     comp_p = np.convolve(comp_p, pp)
@@ -414,6 +417,8 @@ def test_window_edges_hold_the_tails(q, sigma, steps, remove, tail):
   assert 0 <= lo_edge < hi_edge
   assert comp_p[hi_edge + 1:].sum() <= tail * (1 + 1e-9)
   assert comp_o[:max(lo_edge, 0)].sum() <= tail * (1 + 1e-9)
+  assert comp_p[:max(lo_p, 0)].sum() <= tail * (1 + 1e-9)
+  assert comp_o[hi_o + 1:].sum() <= tail * (1 + 1e-9)
   # ... and the window is not vacuous: it excludes part of the support.
   assert hi_edge < len(comp_p) - 1 or lo_edge > 0
 

@@ -109,7 +109,11 @@ def test_read_out_of_the_nodes_a_query_reads_equals_the_full_read_out(want_epsil
              else np.array([[0.0, 0.1, 0.5]] * m))
   args = (w, np.full(2 * m, 1e-16), np.full(2 * m, 1e-18), start, np.full(m, h),
           np.full(m, 1e-12), queries, np.full(m, 1e-17), np.zeros((2, m)))
-  up, lo = _pld_readout.answer(*args, np.full(m, size), want_epsilon=want_epsilon)
+  w_, pe, lv, st, hh, inf, qq, wr, sh = args
+  up = _pld_readout.answer(w_[:m], pe[:m], lv[:m], st, hh, inf, qq, wr, sh[0], np.full(m, size),
+                           want_epsilon=want_epsilon)
+  lo = _pld_readout.answer(w_[m:], pe[m:], lv[m:], st, hh, inf, qq, wr, sh[1], np.full(m, size),
+                           want_epsilon=want_epsilon, lower=True)
   ref_up, ref_lo = np.empty_like(up), np.empty_like(lo)
   per_node = 4.0 * 1e-18 + 1e-16 / size
   for r in range(m):
