@@ -76,18 +76,22 @@ Composition
 One real FFT of length N, the spectrum raised to the power T by binary
 exponentiation (complex products only: no logarithm of a possibly vanishing
 spectrum), one inverse.  Heterogeneous phases multiply their spectra.  The FFT
-is cyclic, so the composed distribution is computed on a window
-[a, a + N) of loss indices chosen by Chernoff bounds on the one-step PMF (as in
-dp_accounting, with our own orders): the mass of the composed pessimistic
-distribution above the window is at most τ per phase and is added to the
+is cyclic, so each composed distribution is computed on a window
+[a, a + N) of loss indices chosen by Chernoff bounds on its one-step PMF (as
+in dp_accounting, with our own orders; the pessimistic and the optimistic
+PMF each in its own window): the mass of the composed pessimistic
+distribution above its window is at most τ per phase and is added to the
 infinity atom in the pessimistic result; mass below the window wraps to its
 top (which can only increase the pessimistic δ).  Composed infinity mass is
-``1 - (1 - p_∞)^T``.  For the optimistic δ, mass wrapped from below the window
-to its top (at most τ per phase by the Chernoff bound on the optimistic PMF)
-is subtracted from δ, and mass wrapped from above to the bottom only lowers
-it.  So only those two edges need a certificate; the other two are taken
-from them with a margin of ``_EDGE_PAD`` grid points (accuracy only).  N is
-the smallest power of two >= the window (:mod:`jaxdp._pld_run`).  The
+``1 - (1 - p_∞)^T``.  For the optimistic δ, mass wrapped from below its
+window to its top (at most τ per phase by the Chernoff bound on the
+optimistic PMF) is subtracted from δ, and mass wrapped from above to the
+bottom only lowers it.  So only those two edges need a certificate; the
+other two are Chernoff edges too, for accuracy only, each with a margin of
+``_EDGE_PAD`` grid points.  N is the smallest power of two >= the window
+(:mod:`jaxdp._pld_run`).  The pessimistic window depends on the pessimistic
+PMF alone, so the upper bound alone (``guarded_bounds(want_lower=False)``,
+the PLD calibration's rounds) is bit for bit the full evaluation's.  The
 read-out sums only the nodes up to the window's top and from loss 0 (ε
 queries) or the smallest queried ε (:mod:`jaxdp._pld_readout`).
 
@@ -347,11 +351,11 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
   one of :func:`_rdp_ceiling` wherever that suffices.
 
   Without ``want_lower`` (the PLD calibration's rounds, which read the upper
-  end alone) the optimistic PMFs are neither built nor composed, ~half the
-  work: ``upper`` is the same pessimistic bound (not bit for bit: its window
-  is the pessimistic PMF's alone), checked against the one-step value and
-  the RDP bound, and ``lower`` is the one-step value. Not with
-  ``finite_fallback`` (which needs the interval's width).
+  end alone) the optimistic PMFs are neither built nor composed, ~1/3 of
+  the work: ``upper`` is bit for bit the full evaluation's (module
+  docstring), checked against the one-step value and the RDP bound, and
+  ``lower`` is the one-step value. Not with ``finite_fallback`` (which needs
+  the interval's width).
 
   Returns:
     ``(lower, upper, rdp_upper)`` NumPy arrays of the broadcast shape.

@@ -29,6 +29,19 @@ def _bisection(f, target, lo, hi):
   return hi
 
 
+def _curved(rng, n, k_lo, k_hi):
+  """ε(x) = c1·e^{-k x} + c2·e^{-3k x} (log ε convex, not linear) for n
+  random problems, and its boundary at target 1 (by bisection)."""
+  c1, c2 = np.exp(rng.uniform(-3, 3, (2, n)))
+  k = np.exp(rng.uniform(k_lo, k_hi, n))
+
+  def f(x, idx=slice(None)):
+    return c1[idx] * np.exp(-k[idx] * x) + c2[idx] * np.exp(-3 * k[idx] * x)
+
+  root = _bisection(f, np.ones(n), np.full(n, -50.0), np.full(n, 50.0))
+  return f, root, (c1, c2, k)
+
+
 @pytest.mark.parametrize("tol", [1e-2, 1e-6, 1e-9])
 def test_bracket_holds_the_boundary(tol):
   """ε(x) = c1·e^{-k x} + c2·e^{-3k x} (log ε convex, not linear), from
@@ -63,16 +76,9 @@ def test_bracket_holds_the_boundary(tol):
 def test_a_good_start_and_slope_close_a_tight_bracket_in_few_rounds():
   """From 5% off with a slope 20% off (what the RDP start gives the PLD
   rounds) a 5e-7 bracket closes in at most 6 rounds on smooth functions."""
-  rng = np.random.default_rng(1)
   n = 100
-  c1, c2 = np.exp(rng.uniform(-3, 3, (2, n)))
-  k = np.exp(rng.uniform(-1, 1, n))
-
-  def f(x, idx=slice(None)):
-    return c1[idx] * np.exp(-k[idx] * x) + c2[idx] * np.exp(-3 * k[idx] * x)
-
+  f, root, (c1, c2, k) = _curved(np.random.default_rng(1), n, -1, 1)
   target = np.ones(n)
-  root = _bisection(f, target, np.full(n, -50.0), np.full(n, 50.0))
   e = f(root)
   slope = -(c1 * k * np.exp(-k * root) + 3 * c2 * k * np.exp(-3 * k * root)) / e
   b = _host_bracket.solve(f, target, root + 0.05, -50.0, 50.0, 5e-7, slope0=slope * 1.2)
@@ -130,14 +136,8 @@ def test_paired_start_and_closing_pairs():
   problems) within 0.9·tol."""
   rng = np.random.default_rng(4)
   n = 120
-  c1, c2 = np.exp(rng.uniform(-3, 3, (2, n)))
-  k = np.exp(rng.uniform(-0.5, 1.2, n))
-
-  def f(x, idx=slice(None)):
-    return c1[idx] * np.exp(-k[idx] * x) + c2[idx] * np.exp(-3 * k[idx] * x)
-
+  f, root, _ = _curved(rng, n, -0.5, 1.2)
   target = np.ones(n)
-  root = _bisection(f, target, np.full(n, -50.0), np.full(n, 50.0))
   x0 = root + rng.uniform(0.05, 0.3, n)
   tol = 5e-7
   calls = []
