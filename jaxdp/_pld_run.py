@@ -65,8 +65,8 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
       events of each configuration, discretised on its grid on the host
       (:mod:`jaxdp._pld_extra`) and composed as more phases of the kernel.
     want_lower: False for upper bounds alone (``lower`` is then -inf): the
-      optimistic PMFs are neither built nor composed, and each composition
-      call holds twice the configurations (the same compiled programs).
+      optimistic PMFs are neither built nor composed; the pessimistic ones
+      compose exactly as with lower bounds (same windows, same programs).
   Returns:
     (upper, lower, grow): (U, K) arrays, for want_epsilon the ε bounds for
     target δ's, otherwise the δ bounds for given ε's; and (U,) factors by
