@@ -92,47 +92,57 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
   tail = _tail_budget(queries, want_epsilon, n_ph)
   tail_rows = np.repeat(tail, n_ph)
   log_inv_rows = -np.log(tail_rows)
+  # One-step grids of both directions (rows [0, R) remove, [R, 2R) add),
+  # packed into the same kernel calls (fewer, fuller calls).
+  ranges = [_grid_range(qf, sf, tf, hh_rows, remove, tail_rows) for remove in (True, False)]
+  i_lo2 = np.concatenate([np.where(live, lo_, 0) for lo_, _ in ranges])
+  n2 = np.concatenate([np.where(live, hi_ - lo_ + 1, 1) for lo_, hi_ in ranges])
+  rows = len(qf)
+  live2 = np.tile(live, 2)
+  # Rows whose one-step grid alone exceeds the cap: not built (their
+  # configuration is flagged to grow h).
+  row_grow = np.where(live2, n2 / _MAX_STEP_GRID, 0.0).reshape(2, u_count, n_ph).max((0, 2))
+  grow = np.maximum(grow, row_grow)
+  live_r = live2 & np.tile(np.repeat(grow <= 1.0, n_ph), 2)
+  rem2 = np.repeat([True, False], rows)
+  q2, s2, h2, t2, li2 = (np.tile(x, 2) for x in (qf, sf, hh_rows, tf, log_inv_rows))
+  pmfs2 = ([np.zeros(1)] * (2 * rows), [np.zeros(1)] * (2 * rows))   # pessimistic, optimistic
+  inf2 = np.zeros(2 * rows)
+  edges2 = np.zeros((4, 2 * rows))    # a_p, b_p, a_o, b_o
+  idx = np.nonzero(live_r)[0]
+  staged = []
+  for part, nb_pad in _chunks(n2[idx]):
+    sel = idx[np.asarray(part)]
+    rob, j0, start, n_rows = _pack(n2[sel], nb_pad)
+    r_pad, m = len(start), len(sel)
+
+    def pad(x, fill, sel=sel, r_pad=r_pad, m=m):
+      return np.concatenate([x[sel], np.full(r_pad - m, fill, x.dtype)])
+
+    staged.append((sel, start, m, _stage1(pad(q2, 0.5), pad(s2, 1.0), pad(h2, 1.0),
+                                          pad(i_lo2, 0), pad(t2, 1.0), pad(li2, 1.0),
+                                          rob, j0, start, n_rows, remove=pad(rem2, True),
+                                          want_lower=want_lower)))
+  # Other events on each configuration's grid (jaxdp._pld_extra), on the
+  # host while the kernels above run.
+  on2 = ([None] * u_count, [None] * u_count)
+  for u in np.nonzero(grow <= 1.0)[0] if n_ex else ():
+    if extra[u]:
+      for d, remove in enumerate((True, False)):
+        on2[d][u] = _pld_extra.on_grid(extra[u], float(h[u]), remove, caches[u])
+  for sel, start, m, out in staged:
+    pp, inf_p, po, *win = (np.asarray(o) for o in out)
+    for r, k in enumerate(sel):
+      pmfs2[0][k] = pp[start[r]:start[r] + n2[k]]
+      pmfs2[1][k] = po[start[r]:start[r] + n2[k]]
+    inf2[sel] = inf_p[:m]
+    edges2[:, sel] = np.stack(win)[:, :m]
   directions = []
-  for remove in (True, False):
-    i_lo, i_hi = _grid_range(qf, sf, tf, hh_rows, remove, tail_rows)
-    i_lo = np.where(live, i_lo, 0)
-    n = np.where(live, i_hi - i_lo + 1, 1)
-    # Rows whose one-step grid alone exceeds the cap: not built (their
-    # configuration is flagged to grow h).
-    row_grow = np.where(live, n / _MAX_STEP_GRID, 0.0).reshape(u_count, n_ph).max(1)
-    grow = np.maximum(grow, row_grow)
-    live_r = live & np.repeat(grow <= 1.0, n_ph)
-    rows = len(qf)
-    pmfs = ([np.zeros(1)] * rows, [np.zeros(1)] * rows)   # pessimistic, optimistic
-    inf1 = np.zeros(rows)
-    edges = np.zeros((4, rows))    # a_p, b_p, a_o, b_o
-    idx = np.nonzero(live_r)[0]
-    staged = []
-    for part, nb_pad in _chunks(n[idx]):
-      sel = idx[np.asarray(part)]
-      rob, j0, start, n_rows = _pack(n[sel], nb_pad)
-      r_pad, m = len(start), len(sel)
-
-      def pad(x, fill):
-        return np.concatenate([x[sel], np.full(r_pad - m, fill, x.dtype)])
-
-      staged.append((sel, start, m, _stage1(pad(qf, 0.5), pad(sf, 1.0), pad(hh_rows, 1.0),
-                                            pad(i_lo, 0), pad(tf, 1.0), pad(log_inv_rows, 1.0),
-                                            rob, j0, start, n_rows, remove=remove,
-                                            want_lower=want_lower)))
-    # Other events on each configuration's grid (jaxdp._pld_extra), on the
-    # host while the kernels above run.
-    on = [None] * u_count
-    for u in np.nonzero(grow <= 1.0)[0] if n_ex else ():
-      if extra[u]:
-        on[u] = _pld_extra.on_grid(extra[u], float(h[u]), remove, caches[u])
-    for sel, start, m, out in staged:
-      pp, inf_p, po, *win = (np.asarray(o) for o in out)
-      for r, k in enumerate(sel):
-        pmfs[0][k] = pp[start[r]:start[r] + n[k]]
-        pmfs[1][k] = po[start[r]:start[r] + n[k]]
-      inf1[sel] = inf_p[:m]
-      edges[:, sel] = np.stack(win)[:, :m]
+  for d in range(2):
+    part = slice(d * rows, (d + 1) * rows)
+    n, i_lo, on = n2[part], i_lo2[part], on2[d]
+    pmfs = (pmfs2[0][part], pmfs2[1][part])
+    inf1, edges = inf2[part], edges2[:, part]
     # Union bound over phases: the window of the sum is the sum of windows.
     a_p, b_p, a_o, b_o = edges.reshape(4, u_count, n_ph).sum(2)
     log_keep = (steps * np.log1p(-inf1.reshape(u_count, n_ph))).sum(1)

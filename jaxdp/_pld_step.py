@@ -236,7 +236,8 @@ def _single_step(q, sigma, h, i_lo, lay, *, remove, want_lower=True):
 
   Args:
     q, sigma, h, i_lo: (rows,) parameters.  lay: the packed layout (_Rows).
-    remove, want_lower: booleans (may be traced); without want_lower the
+    remove: boolean, or (rows,) booleans: the direction of each row (may be
+      traced).  want_lower: boolean (may be traced); without it the
       optimistic PMF is all zeros (not built).
   Returns:
     (p_pess, inf_pess, p_opt): p_* of shape (blocks, _BLK), zero at j >= n;
@@ -252,7 +253,10 @@ def _single_step(q, sigma, h, i_lo, lay, *, remove, want_lower=True):
   # Node abscissae: bucket (ε_j, ε_{j+1}] is the x-interval [x_j, x_{j+1}]
   # (remove) or [y_{j+1}, y_j] with y_j = x(-ε_j) (add).  Gaussian CDF and
   # survival function are evaluated once per node and mean.
-  # ``remove`` is a traced boolean: one compiled program serves both directions.
+  # ``remove`` is traced, per row: one compiled program serves both
+  # directions, in the same call.
+  rem_rows = jnp.broadcast_to(jnp.asarray(remove), lay.n.shape)
+  remove = lay.row(rem_rows)
   xs = _x_of_loss(jnp.where(remove, eps, -eps), q_, sigma_)
 
   def cdf_sf(mu):
@@ -289,10 +293,10 @@ def _single_step(q, sigma, h, i_lo, lay, *, remove, want_lower=True):
   c0l, s0l, c1l, s1l = (lay.last(x) for x in (c0, s0, c1, s1))
   mix_c0f, mix_s0f = (1.0 - q) * c0f + q * c1f, (1.0 - q) * s0f + q * s1f
   mix_s0l, mix_c0l = (1.0 - q) * s0l + q * s1l, (1.0 - q) * c0l + q * c1l
-  below = jnp.where(remove, mix_c0f, s0f)
-  q_below = jnp.where(remove, c0f, mix_s0f)
-  above = jnp.where(remove, mix_s0l, c0l)
-  q_above = jnp.where(remove, s0l, mix_c0l)
+  below = jnp.where(rem_rows, mix_c0f, s0f)
+  q_below = jnp.where(rem_rows, c0f, mix_s0f)
+  above = jnp.where(rem_rows, mix_s0l, c0l)
+  q_above = jnp.where(rem_rows, s0l, mix_c0l)
 
   # beta is 0 at j >= n - 1, so the previous row's filler reads as 0.
   p_in = jnp.where(valid, alpha + lay.prv(beta), 0.0)
