@@ -534,10 +534,24 @@ def _edges(p_pess, p_opt, steps, h, i_lo, log_inv, rob, j0, start, n, want_lower
   edge = functools.partial(_chernoff_edges, steps=steps, h=h, lay=lay, log_inv=log_inv)
   hi_p, t_hi = edge(p_pess, upper=True)
   lo_p = edge(p_pess, upper=False)[0]
-  lo_o, hi_o = jax.lax.cond(
-      want_lower,
-      lambda: (edge(p_opt, upper=False)[0], edge(p_opt, upper=True, order=t_hi)[0]),
-      lambda: (lo_p, hi_p))
+  # A PMF without mass (edges +inf below, -inf above: at the extremes, e.g.
+  # σ = 0.06 on a 5-node grid, the optimistic construction can leave none)
+  # composes to zeros in any window; a non-finite accuracy edge is replaced
+  # by the certified one of the same PMF (more wrap on the sound side). A
+  # certified edge that is +inf (pessimistic top) or -inf (optimistic
+  # bottom) with mass present stays, and fails loudly downstream.
+  empty_p = (lo_p == jnp.inf) & (hi_p == -jnp.inf)
+  hi_p = jnp.where(empty_p, 0.0, hi_p)
+  lo_p = jnp.where(empty_p, 0.0, jnp.where(jnp.isfinite(lo_p), jnp.minimum(lo_p, hi_p), hi_p))
+
+  def optimistic_window():
+    lo_o = edge(p_opt, upper=False)[0]
+    hi_o = edge(p_opt, upper=True, order=t_hi)[0]
+    lo_o = jnp.where(lo_o == jnp.inf, lo_p, lo_o)       # mass <= the budget in all
+    hi_o = jnp.where(jnp.isfinite(hi_o), hi_o, hi_p)
+    return lo_o, jnp.maximum(hi_o, lo_o)
+
+  lo_o, hi_o = jax.lax.cond(want_lower, optimistic_window, lambda: (lo_p, hi_p))
   base = steps * i_lo
   return (base + jnp.floor(lo_p) - _EDGE_PAD, base + jnp.ceil(hi_p) + _EDGE_PAD,
           base + jnp.floor(lo_o) - _EDGE_PAD, base + jnp.ceil(hi_o) + _EDGE_PAD)

@@ -107,3 +107,17 @@ def test_pld_calibration_rounds_read_upper_ends_and_answers_meet_jaxdp_epsilon(m
   eps = jaxdp.epsilon(q, s, steps, DELTA, accountant="pld")
   assert np.all(eps <= target)
   assert np.all(jaxdp.epsilon(q, s * (1 - 1e-5), steps, DELTA, accountant="pld") > target)
+
+
+def test_extreme_sigma_with_an_empty_optimistic_pmf():
+  """σ = 0.05-0.06: the optimistic construction can leave a tiny grid with no
+  mass (its Chernoff edges +inf / -inf); that window falls back to the
+  pessimistic one and the answers stay finite (brute-force brackets in
+  tests/test_harness.py: [169.786, 169.85] and [778.455, 778.609])."""
+  q, s, t, d = (np.array(v) for v in ([0.001, 0.5], [0.06, 0.05], [1.0, 3.0], [1e-5, 1e-8]))
+  with nx.x64():
+    lo, up, _ = pld.guarded_bounds("epsilon", q, s, t, d, full_rdp=False)
+    _, up1, _ = pld.guarded_bounds("epsilon", q, s, t, d, full_rdp=False, want_lower=False)
+  assert np.all(np.isfinite(lo) & np.isfinite(up) & (lo <= up))
+  assert np.all((lo >= [169.786, 778.455]) & (up <= [169.85, 778.609]))
+  np.testing.assert_array_equal(up1, up)
