@@ -427,7 +427,12 @@ def sampled_gaussian(q, sigma, alpha, *, _nodes=None):
   max(256·eps(dtype), 4e-12) — plus a measured quadrature allowance for
   σ < 0.3 on the quadrature path (2e-7, 5e-6 below σ = 0.2) — so they are
   upper bounds despite rounding and quadrature error. In float32 (x64 off,
-  inside a user's jit) expect ~1e-5 relative accuracy, still conservative.
+  inside a user's jit) integer orders keep ~1e-5 relative accuracy; known
+  issue: on the quadrature path (fractional or traced orders) float32
+  rounding noise reaches ~1e-3 relative at small q and large α/σ², both
+  ways, so a value can fall below the float64 one by up to ~5e-4 relative
+  (``tests/test_soundness.py``, a strict xfail). Use float64 where that
+  matters.
   Quadrature uses 64 nodes per window, 40 when every concrete σ ≥ 0.5.
 
   Args:
