@@ -431,8 +431,10 @@ def sampled_gaussian(q, sigma, alpha, *, _nodes=None):
   issue: on the quadrature path (fractional or traced orders) float32
   rounding noise reaches ~1e-3 relative at small q and large α/σ², both
   ways, so a value can fall below the float64 one by up to ~5e-4 relative
-  (``tests/test_soundness.py``, a strict xfail). Use float64 where that
-  matters.
+  (``tests/test_soundness.py``, a strict xfail). The cause: near the high
+  mode the log-integrand's terms α(α-1)/(2σ²) and α·log(q/(1-q)) are ~10⁴
+  and cancel, so one float32 ulp of log q is amplified α-fold. Use float64
+  where that matters.
   Quadrature uses 64 nodes per window, 40 when every concrete σ ≥ 0.5.
 
   Args:

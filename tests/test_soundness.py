@@ -536,7 +536,9 @@ def _check_float32(batch):
     "open (found 2026-11-24 by test_float32_conservative_exhaustive): the float32 "
     "quadrature path of rdp.sampled_gaussian (traced orders) has rounding noise up to "
     "~1e-3 relative in both directions at small q and large α/σ², above its 256-ulp "
-    "(3e-5) inflation; strict, so a fix shows up as XPASS"))
+    "(3e-5) inflation: near the high mode the log-integrand's terms α(α-1)/(2σ²) and "
+    "α·log(q/(1-q)) cancel, amplifying float32 rounding of log q α-fold; strict, so a "
+    "fix shows up as XPASS"))
 def test_float32_quadrature_rounding_noise_can_under_report():
   assert not jax.config.jax_enable_x64
   q, s = np.float32(0.0020686689163245736), np.float32(3.905724938791301)
