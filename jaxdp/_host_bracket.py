@@ -110,10 +110,9 @@ def solve(eps_of: Callable[[np.ndarray, np.ndarray], np.ndarray], target, x0, xm
     pair = idx[two[idx]]
     e_all = np.asarray(eps_of(np.concatenate([x[idx], x2[pair]]), np.concatenate([idx, pair])),
                        np.float64).reshape(-1)
-    for j, (ij, xj, e) in enumerate(((idx, x[idx], e_all[:idx.size]),
-                                     (pair, x2[pair], e_all[idx.size:]))):
-      if j and not pair.size:
-        break
+    for ij, xj, e in ((idx, x[idx], e_all[:idx.size]), (pair, x2[pair], e_all[idx.size:])):
+      if not ij.size:
+        continue
       g = _g(e, target[ij])
       feas = e <= target[ij]
       side = np.where(feas, 2, 1)

@@ -78,20 +78,20 @@ def _compose_batch(p, i_lo, steps, start, nbits, *, size):
 
 @functools.partial(jax.jit, static_argnames=("size",))
 def _compose_group(p, i_lo, steps, start, nbits, *, size):
-  """Composes a group of configurations' pessimistic and optimistic rows.
+  """Composes a group of windows, each row on its own.
 
   The δ/ε read-out of the composed windows runs on the host
   (:func:`jaxdp._pld_readout.answer`): it compiles nothing, so a new window
   length costs only this small program.
 
   Args:
-    p: (2m, phases, width) one-step PMFs, the m pessimistic rows then the m
-      optimistic ones (or 2m configurations' pessimistic rows: each row is
-      composed on its own).  i_lo, steps: (2m, phases) of each row.
-    start: (2m,) window starts.  nbits: (phases,) bits of each phase's
+    p: (m, phases, width) one-step PMFs, one window per row (pessimistic or
+      optimistic, of any configuration and direction: each row is composed
+      on its own).  i_lo, steps: (m, phases) of each row.
+    start: (m,) window starts.  nbits: (phases,) bits of each phase's
       largest step count.
   Returns:
-    ``(w, power_err, level)``: the (2m, size) composed windows, the powers'
+    ``(w, power_err, level)``: the (m, size) composed windows, the powers'
     round-off allowance of each row (:func:`_compose`) and its FFT round-off
     level, the larger of the most negative entry (exact values are >= 0) and
     ``eps_machine`` times the largest one.

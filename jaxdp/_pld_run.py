@@ -30,10 +30,10 @@ _ROWS = 8
 _BATCHED_MAX = 2 ** 15
 
 
-def _row_batches(idx, cap, size, per=1):
+def _row_batches(idx, cap, size):
   """Index batches of one FFT length ``size``: (padded indices, real count)
-  pairs (``cap``: the memory cap in rows; ``per`` windows per row slot)."""
-  rows = per * (1 if size > _BATCHED_MAX else max(1, min(_ROWS, _pow2(cap + 1, least=1) // 2)))
+  pairs (``cap``: the memory cap in configuration slots, two windows each)."""
+  rows = 2 * (1 if size > _BATCHED_MAX else max(1, min(_ROWS, _pow2(cap + 1, least=1) // 2)))
   out = []
   for c0 in range(0, len(idx), rows):
     sel = idx[c0:c0 + rows]
@@ -152,8 +152,10 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
     inf_cfg, shift, ex_width = _pld_extra.join(on, extra, grow, a_p, b_p, log_keep)
     a_o += a_p - a_g
     b_o += b_p - b_g
-    inf_cfg += tail * n_ph + _TAIL * n_ex
+    # The truncation budget of each tail: the upper one is booked at +inf,
+    # the lower one may wrap to the top.
     wrap_cfg = tail * n_ph + _TAIL * n_ex
+    inf_cfg += wrap_cfg
     # Window lengths: powers of two only. Each window depends on its
     # configuration alone (its answer does not depend on what else is in the
     # call), and few distinct lengths means few compiled programs (f·2^k
@@ -180,7 +182,7 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
   for sz in np.unique(item_size):
     group = [items[i] for i in np.nonzero(item_size == sz)[0]]
     chunk = max(1, _MAX_ELEMS // (int(sz) * (n_ph + n_ex)))
-    for sel, m in _row_batches(np.arange(len(group)), chunk, int(sz), 2):
+    for sel, m in _row_batches(np.arange(len(group)), chunk, int(sz)):
       cells = [group[i] for i in sel]
       # One program per (rows, FFT length): PMFs padded to the window (or,
       # rarely, to a one-step grid longer than it).
