@@ -251,10 +251,10 @@ def _minimum(table, steps, x, *, orders, kind, method):
 def _exact_pairs(q, sigma, index, *, orders):
   """Per-step RDP at one integer order per element (exact binomial sum)."""
   q, sigma, log_q, log_1mq, dtype = rdp._prep(q, sigma)
-  coef, rest = rdp._binomial_tables(np.asarray(orders))
-  coef = jnp.asarray(coef, dtype)[index]
-  rest = jnp.asarray(rest, dtype)[index]
-  log_am1 = rdp._binomial_lse(log_q[:, None], log_1mq[:, None], sigma[:, None], coef, rest)
+  coef, rest, coef_err = (jnp.asarray(t, dtype)[index]
+                          for t in rdp._binomial_tables(np.asarray(orders)))
+  log_am1 = rdp._binomial_lse(log_q[:, None], log_1mq[:, None], sigma[:, None], coef, rest,
+                              coef_err=coef_err)
   alpha = jnp.asarray(orders, dtype)[index]
   return rdp._finish(log_am1, q, sigma, alpha, exact=True)
 

@@ -3,9 +3,12 @@
 Kernels here are pure, jittable and broadcast their array arguments together
 like ``jax.scipy.special``. They compute in the dtype of their inputs: float64
 when called from the host-level entry points (``jaxdp.epsilon`` & co. scope
-``jax_enable_x64``), float32 inside a user's jit with x64 off. In float32 the
-sampled-Gaussian RDP carries a relative error of about 1e-5 and is inflated by
-a matching safety factor, so it stays an upper bound.
+``jax_enable_x64``), float32 inside a user's jit with x64 off. Values are
+inflated by a relative 256 ulps, and every log-term of the sampled-Gaussian
+sums carries a rounding allowance proportional to its parts' magnitudes
+(:func:`_rounding_allowance`): where α(α-1)/(2σ²) and α·log q cancel (large α,
+small q) float32 rounding reaches ~1e-3 relative, so there the float32 value
+is up to ~1% looser (α ≳ 1000) but stays an upper bound.
 
 Mathematics: Mironov, Talwar & Zhang, "Rényi Differential Privacy of the
 Sampled Gaussian Mechanism" (2019), §3. For Poisson sampling with rate q and
@@ -96,16 +99,21 @@ def _log_a_minus_1_binomial(log_q, log_1mq, sigma, orders, xp=jnp):
   Returns:
     Shape (E, m).
   """
-  coef, rest = _binomial_tables(orders)
+  coef, rest, coef_err = _binomial_tables(orders)
+  dtype = log_q.dtype
   return _binomial_lse(log_q[:, None, None], log_1mq[:, None, None], sigma[:, None, None],
-                       xp.asarray(coef, log_q.dtype), xp.asarray(rest, log_q.dtype), xp)
+                       xp.asarray(coef, dtype), xp.asarray(rest, dtype), xp,
+                       xp.asarray(coef_err, dtype))
 
 
 def _binomial_tables(orders):
   """Static log C(α, k) and α - k for k = 2..max(orders), -inf / 0 past each α.
 
   Returns:
-    ``(coef, rest)``, NumPy float64 arrays of shape (len(orders), max(orders) - 1).
+    ``(coef, rest, coef_err)``, NumPy float64 arrays of shape
+    (len(orders), max(orders) - 1); ``coef_err`` bounds the float64 error of
+    ``coef`` (a difference of log-factorials up to ~3·10⁴, see
+    :func:`_log_binomial_error`), 0 past each α.
   """
   kmax = int(orders.max())
   k_np = np.arange(2, kmax + 1, dtype=np.float64)
@@ -117,21 +125,80 @@ def _binomial_tables(orders):
   k_int = k_np.astype(np.int64)[None, :]
   rest_int = np.maximum(a_int - k_int, 0)
   coef = np.where(valid, log_fact[a_int] - log_fact[k_int] - log_fact[rest_int], -np.inf)
-  return coef, np.where(valid, a_np - k_np, 0.0)
+  err = _log_binomial_error(log_fact[a_int] + log_fact[k_int] + log_fact[rest_int],
+                            np.finfo(np.float64).eps)
+  return coef, np.where(valid, a_np - k_np, 0.0), np.where(valid, err, 0.0)
 
 
-def _binomial_lse(log_q, log_1mq, sigma, coef, rest, xp=jnp):
+def _log_binomial_error(log_gammas, eps):
+  """Error bound of log C(α, k) computed as a difference of log-gammas.
+
+  ``log_gammas`` is the sum of the three magnitudes; each is within 4 eps
+  relative (``jax.scipy.special.gammaln`` measured ≤ 4.0 eps in float32,
+  2.9 in float64; ``math.lgamma`` 1.6), plus two subtractions.
+  """
+  return 6.0 * eps * log_gammas
+
+
+def _binomial_lse(log_q, log_1mq, sigma, coef, rest, xp=jnp, coef_err=0.0):
   """log Σ_k exp(coef_k + rest_k·log(1-q) + k·log q + log(exp((k²-k)/(2σ²)) - 1)).
 
-  ``coef`` and ``rest`` carry k = 2, 3, … on their last axis; the other
-  arguments broadcast against them.
+  ``coef``, ``rest`` and ``coef_err`` (the tables of :func:`_binomial_tables`)
+  carry k = 2, 3, … on their last axis; the other arguments broadcast
+  against them.
   """
   dtype = log_q.dtype
   k = xp.arange(2, coef.shape[-1] + 2, dtype=dtype)
+  terms = _binomial_terms(log_q, log_1mq, sigma, coef, rest, k, xp, coef_err)
+  return _logsumexp(terms, axis=-1, xp=xp)
+
+
+def _binomial_terms(log_q, log_1mq, sigma, coef, rest, k, xp=jnp, coef_err=0.0):
+  """Log-terms of the binomial sum, each rounded up by its rounding allowance.
+
+  With y = (k²-k)/(2σ²), log(e^y - 1) = y + log(1 - e^{-y}), so the term's
+  large parts k·log q and y (each ~10⁴ at k ~ 700 when y ≈ k·|log q|) enter
+  as one product k·(log q + (k-1)/(2σ²)) whose factor cancels first. The
+  result still carries the rounding of log q and (k-1)/(2σ²), amplified
+  k-fold; :func:`_rounding_allowance` bounds it (and the rest) by the sum of
+  the magnitudes of the parts; ``coef_err`` bounds the error ``coef`` had
+  before it was rounded to the dtype.
+  """
   # (α-k)·log(1-q) with 0·(-inf) := 0 at k = α (q = 1).
   pow_1mq = xp.where(rest > 0, rest * xp.where(rest > 0, log_1mq, 0.0), 0.0)
-  terms = coef + pow_1mq + k * log_q + nx.log_expm1((k * k - k) / (2.0 * sigma * sigma), xp)
-  return _logsumexp(terms, axis=-1, xp=xp)
+  inv_2s2 = 0.5 / (sigma * sigma)
+  y = (k * k - k) * inv_2s2
+  tail = nx.log1mexp(y, xp)
+  terms = coef + pow_1mq + k * (log_q + (k - 1.0) * inv_2s2) + tail
+  scale = xp.abs(coef) + xp.abs(pow_1mq) + k * xp.abs(log_q) + y + xp.abs(tail)
+  return terms + _rounding_allowance(scale, terms, xp) + coef_err
+
+
+# Float rounding allowance (units of the dtype's epsilon per unit of magnitude).
+# Each log-term is a sum of a few parts computed to ≲ 2 ulps each, so its
+# error is ≲ 1.5·eps·(sum of the parts' magnitudes). Measured in float32
+# against float64 (~2·10⁵ random points biased to the cancelling regime, q
+# down to 1e-12, α to 10⁵): error / (eps·magnitude) ≤ 0.59 where the parts
+# cancel (|value| < 5% of them), ≤ 0.99 elsewhere (relative error ≤ 1.7 eps,
+# also inside the 256-ulp factor).
+_ROUNDING_EPS = 2.0
+
+
+def _rounding_allowance(scale, value, xp=jnp):
+  """Upward allowance for the rounding of a log-value computed from large parts.
+
+  Where the parts of a log-integrand or log-term (magnitudes summing to
+  ``scale``) nearly cancel, float rounding of each part (one ulp of log q
+  amplified α-fold, say) is far above the value's own ulp; the inflation by
+  a relative 256 ulps at the end cannot cover it. Adding
+  ``_ROUNDING_EPS·eps·(scale + |value|)`` to each log-value before the
+  sum keeps the sum an upper bound (float64: ~1e-11 at α ~ 10⁴; float32:
+  ~1e-3 at α ~ 700, q ~ 1e-5 where the parts reach 10⁴).
+  """
+  eps = float(xp.finfo(value.dtype).eps)
+  finite = xp.isfinite(value)   # ±inf values (masked terms, q = 0) stay as they are
+  return xp.where(finite, (_ROUNDING_EPS * eps) * (scale + xp.abs(xp.where(finite, value, 0.0))),
+                  0.0)
 
 
 def _logsumexp(x, axis, xp=jnp):
@@ -169,10 +236,13 @@ def _plain_log_integrand(z, alpha, s2, c, xp=jnp):
   return -z * z / (2.0 * s2) + alpha * nx.softplus((2.0 * z - 1.0) / (2.0 * s2) + c, xp)
 
 
+def _sigmoid(t, xp=jnp):
+  return jax.nn.sigmoid(t) if xp is jnp else 0.5 * (1.0 + np.tanh(0.5 * t))
+
+
 def _h(z, alpha, s2, c, xp=jnp):
   t = (2.0 * z - 1.0) / (2.0 * s2) + c
-  p = jax.nn.sigmoid(t) if xp is jnp else 0.5 * (1.0 + np.tanh(0.5 * t))
-  return alpha * p - z
+  return alpha * _sigmoid(t, xp) - z
 
 
 def _bisect(fn, lo, hi, steps, xp=jnp):
@@ -211,8 +281,8 @@ def _order_constants(alpha, xp=jnp):
                 xp.log(alpha * beta / 2.0), horner)
 
 
-def _log_integrand_f(z, o: _Order, s2, log_q, log_norm, xp=jnp):
-  """log(φ_σ(z) f(u(z))) for the quadrature of A_α - 1.
+def _log_integrand_f(z, o: _Order, s2, log_q, log_1mq, log_norm, xp=jnp):
+  """log(φ_σ(z) f(u(z))) for the quadrature of A_α - 1, rounded up.
 
   u(z) = q·expm1((2z-1)/(2σ²)) and f(u) = (1+u)^α - 1 - αu ≥ 0 (u > -1),
   evaluated stably in every regime:
@@ -220,15 +290,23 @@ def _log_integrand_f(z, o: _Order, s2, log_q, log_norm, xp=jnp):
   (b) otherwise: f = β(1+u)(E - w) with β = α-1, l = log1p(u), E = expm1(βl)/β
       and w = u/(1+u). Since E ≥ l ≥ w, E - w has no catastrophic
       cancellation once |αu| ≥ 0.05 — for α → 1 as well as for large α.
-  (c) βl > 40: log f = l + βl - log β + log β to within e^{-40} (w ≤ 1 ≪ E);
-      u beyond e^60 is handled in log space (l = log u).
+  (c) βl > 40: log f = αl to within e^{-40} (w ≤ 1 ≪ E), recentred: with
+      1 + u = (1-q)(1 + e^t), t = (2z-1)/(2σ²) + log(q/(1-q)),
+        αl - z²/(2σ²) = K - (z-α)²/(2σ²) + α·softplus(-t),
+        K = α·(log q + (α-1)/(2σ²)),
+      so the parts ~α²/(2σ²) and α·log q, which cancel near the high mode,
+      meet once per element in K instead of at every node.
+  Each value carries :func:`_rounding_allowance` for its parts' magnitudes.
   """
   x = (2.0 * z - 1.0) / (2.0 * s2)
   cap = math.log(float(xp.finfo(z.dtype).max)) - 2.0   # expm1 stays finite below
   e = xp.expm1(xp.minimum(x, cap))
   log_abs_e = xp.where(x > cap, x, nx.safe_log(xp.abs(e), xp))
   log_abs_u = log_q + log_abs_e
-  u = xp.exp(log_q) * e
+  # Past the cap e is clipped, so u comes from log|u| (finite up to e^_LOG_BIG,
+  # beyond which branch (c) uses log|u| alone): float32 with q < 3e-12 reaches
+  # the cap (x ≈ 87) while log|u| < 60.
+  u = xp.where(x > cap, xp.exp(xp.minimum(log_abs_u, _LOG_BIG)), xp.exp(log_q) * e)
   small = log_abs_u + o.log_alpha < math.log(0.05)
   huge = log_abs_u > _LOG_BIG
   # (a)
@@ -236,7 +314,7 @@ def _log_integrand_f(z, o: _Order, s2, log_q, log_norm, xp=jnp):
   bracket = xp.ones_like(us)
   for coef in reversed(o.horner):
     bracket = 1.0 + us * coef * bracket
-  # (b), (c)
+  # (b)
   ub = xp.where(small | huge, 1.0, u)
   l = xp.where(huge, log_abs_u, nx.log1p(ub, xp))
   w = xp.where(huge, 1.0, ub / (1.0 + ub))
@@ -244,10 +322,33 @@ def _log_integrand_f(z, o: _Order, s2, log_q, log_norm, xp=jnp):
   moderate = bl <= 40.0
   e_minus_w = xp.expm1(xp.where(moderate, bl, 0.0)) * o.inv_beta - w
   lg = nx.safe_log(xp.where(small, bracket, e_minus_w), xp)
-  log_f = xp.where(small, o.log_c2 + 2.0 * log_abs_u + lg,
-                    xp.where(moderate, o.log_beta + l + lg, l + bl))
-  log_f = xp.where(log_abs_u == -xp.inf, -xp.inf, log_f)
-  return -z * z / (2.0 * s2) - log_norm + log_f
+  gauss = z * z / (2.0 * s2)
+  log_f = xp.where(small, o.log_c2 + 2.0 * log_abs_u + lg, o.log_beta + l + lg)
+  # Magnitudes behind each branch's rounding: (a) log|u| = log q + log|e|,
+  # with e's argument x rounded; (b) u relatively off by (|log q| + |x| + 3)
+  # ulps, amplified ≤ (α + 2)-fold in log f, plus E - w's conditioning (≤ 40).
+  mag_a = xp.abs(o.log_c2) + 2.0 * (xp.abs(log_q) + xp.abs(log_abs_e) + xp.abs(x) + 1.0)
+  mag_b = (xp.abs(o.log_beta) + xp.abs(l) + (o.alpha + 2.0) * (xp.abs(log_q) + xp.abs(x) + 3.0)
+           + 80.0)
+  plain = -gauss + log_f
+  mag_plain = gauss + xp.abs(lg) + xp.where(small, mag_a, mag_b)
+  # (c)
+  c = log_q - log_1mq
+  t = x + c
+  sp = nx.softplus(-t, xp)
+  k_ab = o.alpha * xp.abs(log_q) + o.alpha * o.beta / (2.0 * s2)
+  k_const = o.alpha * (log_q + o.beta / (2.0 * s2))
+  dz = z - o.alpha
+  shift = dz * dz / (2.0 * s2)
+  high = k_const - shift + o.alpha * sp
+  # t is off by ~(|x| + |c|) ulps, moving α·softplus(-t) by α·sigmoid(-t) per unit.
+  abs_c = xp.where(xp.isfinite(c), xp.abs(c), 0.0)   # c = +inf at q = 1 (then t = inf)
+  mag_high = k_ab + shift + o.alpha * (sp + _sigmoid(-t, xp) * (xp.abs(x) + abs_c + 1.0))
+  use_plain = small | moderate
+  value = xp.where(use_plain, plain, high) - log_norm
+  mag = xp.where(use_plain, mag_plain, mag_high) + xp.abs(log_norm)
+  value = value + _rounding_allowance(mag, value, xp)
+  return xp.where(log_abs_u == -xp.inf, -xp.inf, value)
 
 
 @functools.partial(jax.jit, static_argnames=("nodes",))
@@ -343,7 +444,8 @@ def _log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes=_NODES_PE
   log_hb = xp.log((right - b_start) / (n - 1))
   o = _order_constants(ex(alpha_b), xp)
   log_norm = ex(xp.log(sigma) + 0.5 * math.log(2.0 * math.pi))
-  both = _log_integrand_f(xp.concatenate([za, zb], axis=-1), o, ex(s2), ex(log_q), log_norm, xp)
+  both = _log_integrand_f(xp.concatenate([za, zb], axis=-1), o, ex(s2), ex(log_q), ex(log_1mq),
+                          log_norm, xp)
   la = both[..., :n] + ex(log_ha)
   lb = both[..., n:] + ex(log_hb)
   # Trapezoid: half weight at the outer ends, and at the inner ends when the
@@ -354,7 +456,12 @@ def _log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes=_NODES_PE
   inner_b = xp.where(ex(separate) & (idx == 0), half, 0.0)
   la = la + xp.where(idx == 0, half, 0.0) + inner_a
   lb = lb + xp.where(idx == n - 1, half, 0.0) + inner_b
-  return _logsumexp(xp.concatenate([la, lb], axis=-1), axis=-1, xp=xp)
+  # The nodes themselves are rounded (by ≲ eps·|z|): the rule then integrates
+  # at shifted points, off by at most TV(integrand)·max|δz| ≤ 2·peak·eps·|z|
+  # per mode, each mode carrying ≥ peak·σ·√(2π) (G'' ≥ -1/σ²).
+  z_max = xp.maximum(xp.abs(left), xp.abs(right))
+  shifted = _rounding_allowance(z_max / sigma, zero, xp)
+  return _logsumexp(xp.concatenate([la, lb], axis=-1), axis=-1, xp=xp) + shifted
 
 
 # --------------------------------------------------------------------------
@@ -426,15 +533,13 @@ def sampled_gaussian(q, sigma, alpha, *, _nodes=None):
   α ≤ 1 → NaN (undefined). Values are inflated by a relative
   max(256·eps(dtype), 4e-12) — plus a measured quadrature allowance for
   σ < 0.3 on the quadrature path (2e-7, 5e-6 below σ = 0.2) — so they are
-  upper bounds despite rounding and quadrature error. In float32 (x64 off,
-  inside a user's jit) integer orders keep ~1e-5 relative accuracy; known
-  issue: on the quadrature path (fractional or traced orders) float32
-  rounding noise reaches ~1e-3 relative at small q and large α/σ², both
-  ways, so a value can fall below the float64 one by up to ~5e-4 relative
-  (``tests/test_soundness.py``, a strict xfail). The cause: near the high
-  mode the log-integrand's terms α(α-1)/(2σ²) and α·log(q/(1-q)) are ~10⁴
-  and cancel, so one float32 ulp of log q is amplified α-fold. Use float64
-  where that matters.
+  upper bounds despite rounding and quadrature error. Near the high mode
+  the log-terms' parts α(α-1)/(2σ²) and α·log q reach ~10⁴ and cancel, so
+  one ulp of log q is amplified α-fold (float32: ~1e-3 relative); each
+  log-term is raised by a rounding allowance for its parts' magnitudes,
+  which keeps float32 values upper bounds at the price of up to ~1% extra
+  looseness there (α ≳ 1000, ``tests/test_soundness.py``); float64 gives
+  up ~1e-11 at most.
   Quadrature uses 64 nodes per window, 40 when every concrete σ ≥ 0.5.
 
   Args:
@@ -576,9 +681,11 @@ def _log_a_minus_1_binomial_elementwise(log_q, log_1mq, sigma, alpha, kmax: int)
   a = alpha[:, None]
   valid = k <= a
   rest = jnp.where(valid, a - k, 0.0)
-  coef = gammaln(a + 1.0) - gammaln(k + 1.0) - gammaln(rest + 1.0)
-  pow_1mq = jnp.where(rest > 0, rest * jnp.where(rest > 0, log_1mq[:, None], 0.0), 0.0)
-  terms = coef + pow_1mq + k * log_q[:, None] + nx.log_expm1((k * k - k) / (2.0 * sigma * sigma)[:, None])
+  parts = (gammaln(a + 1.0), gammaln(k + 1.0), gammaln(rest + 1.0))
+  coef = parts[0] - parts[1] - parts[2]
+  coef_err = _log_binomial_error(sum(jnp.abs(g) for g in parts), float(jnp.finfo(dtype).eps))
+  terms = _binomial_terms(log_q[:, None], log_1mq[:, None], sigma[:, None], coef, rest, k,
+                          coef_err=coef_err)
   return _logsumexp(jnp.where(valid, terms, -jnp.inf), axis=-1)
 
 

@@ -43,12 +43,14 @@ def _compiled(kind, q, sigma, steps, x):
     return _api._run_chunked(kind, *args, None, "improved")[:np.size(q)]
 
 
-def _host(kind, q, sigma, steps, x):
+def _host(kind, q, sigma, steps, x, nodes=None):
+  """One configuration at a time; with the quadrature nodes each one alone
+  would use (``nodes=None``), or the given ones."""
   out = np.empty(q.size)
   for i in range(q.size):
     one = [np.array([a[i]]) for a in (q, sigma, steps, x)]
-    nodes = rdp._nodes_for(one[1])
-    out[i] = _host_rdp.minimum_over_all_orders(kind, "improved", *one, nodes)[0]
+    n = rdp._nodes_for(one[1]) if nodes is None else nodes
+    out[i] = _host_rdp.minimum_over_all_orders(kind, "improved", *one, n)[0]
   if kind == "delta":
     out = _api.delta_floor(out, q, steps, x)
   return out
@@ -65,7 +67,8 @@ def _agree(host, compiled, rtol):
 def test_host_equals_compiled_over_the_domain(kind):
   q, sigma, steps, delta, eps = _domain(40, seed=1)
   x = delta if kind == "epsilon" else eps
-  _agree(_host(kind, q, sigma, steps, x), _compiled(kind, q, sigma, steps, x), 1e-12)
+  _agree(_host(kind, q, sigma, steps, x, rdp._nodes_for(sigma)),
+         _compiled(kind, q, sigma, steps, x), 1e-12)
 
 
 @pytest.mark.slow
@@ -73,7 +76,8 @@ def test_host_equals_compiled_over_the_domain(kind):
 def test_host_equals_compiled_exhaustive(kind):
   q, sigma, steps, delta, eps = _domain(400, seed=2)
   x = delta if kind == "epsilon" else eps
-  _agree(_host(kind, q, sigma, steps, x), _compiled(kind, q, sigma, steps, x), 1e-12)
+  _agree(_host(kind, q, sigma, steps, x, rdp._nodes_for(sigma)),
+         _compiled(kind, q, sigma, steps, x), 1e-12)
 
 
 @pytest.mark.parametrize("q,sigma,steps,delta", [
@@ -175,7 +179,8 @@ def test_pld_guard_ceiling_on_the_host_then_compiled(monkeypatch):
   """The RDP ceiling of a guarded PLD answer: on the host for up to
   _PLD_GUARD_HOST_MAX configurations while the budget lasts (no RDP program
   compiled), the compiled programs afterwards and beyond that size; both
-  give the same values (2e-13 relative) for 40 configurations of the domain."""
+  give the same values (5e-13 relative; NumPy's and XLA's transcendentals
+  differ, 3.1e-13 at σ = 0.01, ε ~ 1e8) for 40 configurations of the domain."""
   q, sigma, steps, delta, eps = _domain(40, seed=5)
   host_calls = []
   real = _host_rdp.minimum_over_all_orders
@@ -193,7 +198,7 @@ def test_pld_guard_ceiling_on_the_host_then_compiled(monkeypatch):
       assert host_calls == [40] and _api._pld_guard_questions_left == [0]
       compiled = _api.guard_rdp(kind, q, sigma, steps, x)   # budget spent
       assert host_calls == [40]
-    _agree(on_host, compiled, 2e-13)
+    _agree(on_host, compiled, 5e-13)
     host_calls.clear()
   monkeypatch.setattr(_api, "_pld_guard_questions_left", [5])
   n = _api._PLD_GUARD_HOST_MAX + 1
