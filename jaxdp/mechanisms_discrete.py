@@ -142,7 +142,12 @@ def randomized_response_rdp(noise_parameter, num_buckets, alpha):
   blatant = p <= 0.0
   ps = jnp.where(trivial | blatant, 0.5, p)
   ks = jnp.where(trivial, 2.0, k)
-  log_a = nx.log1p(-ps * (ks - 1.0) / ks)
+  # A = 1 - p(k-1)/k: log1p while p(k-1)/k is small; near 1 (p → 1, k large)
+  # the subtraction would cancel (float32: -37% at p = 1 - 1.2e-7, k = 47006),
+  # so A = (1 - p) + p/k there (1 - p exact for p ≥ 1/2, both parts positive).
+  moved = ps * (ks - 1.0) / ks
+  log_a = jnp.where(moved < 0.5, nx.log1p(-jnp.minimum(moved, 0.5)),
+                    jnp.log((1.0 - ps) + ps / ks))
   log_b = jnp.log(ps) - jnp.log(ks)
   has_c = ks > 2.0
   log_c = jnp.where(has_c, jnp.log(ps) + jnp.log(jnp.where(has_c, ks - 2.0, 1.0)) - jnp.log(ks),

@@ -292,6 +292,22 @@ def test_randomized_response_rdp_matches_dp_accounting(p, k):
   np.testing.assert_allclose(ours, ref, rtol=1e-9)
 
 
+@pytest.mark.parametrize("p, k, alpha", [(0.9999998807907104, 47006.0, 1.0183756351470947),
+                                         (0.9999998807907104, 3252.0, 3233.0),
+                                         (0.999, 1e6, 2.5), (1e-6, 7.0, 40.0)])
+def test_randomized_response_rdp_float32_is_an_upper_bound(p, k, alpha):
+  """float32 (x64 off, in jit): A = 1 − p(k−1)/k cancelled near p = 1 with
+  many buckets (−37% at the first point, found by a float32 scan)."""
+  with jax.enable_x64(False):
+    ours = float(jax.jit(D.randomized_response_rdp)(np.float32(p), np.float32(k),
+                                                    np.float32(alpha)))
+  p, k, alpha = (float(np.float32(v)) for v in (p, k, alpha))   # the inputs it saw
+  mp.mp.dps = 60
+  a_, b_ = 1 - mp.mpf(p) * (k - 1) / k, mp.mpf(p) / k
+  exact = float(_renyi_mp([a_, b_, 1 - a_ - b_], [b_, a_, 1 - a_ - b_], alpha))
+  assert ours >= exact, (ours, exact)
+
+
 def test_randomized_response_rdp_edge_cases():
   assert np.all(_rdp(E.RandomizedResponse(1.0, 4)) == 0.0)
   assert np.all(_rdp(E.RandomizedResponse(0.5, 1)) == 0.0)
