@@ -197,6 +197,20 @@ def softplus(x, xp=jnp):
   return xp.where(pos, x_pos + log1p(xp.exp(-x_pos), xp), log1p(xp.exp(xn), xp))
 
 
+def rounding_allowance(scale, value, ulps=2.0, xp=jnp):
+  """Upward allowance for a value computed as a sum of parts that may cancel.
+
+  ``ulps·eps·(scale + |value|)``, 0 where ``value`` is ±inf; ``scale`` is the
+  sum of the parts' magnitudes, each computed to within ~1.5 eps of itself.
+  Adding it to the value keeps a rounded upper bound an upper bound where
+  the parts are far larger than the value (their rounding, not the value's
+  own ulp, sets the error).
+  """
+  eps = float(xp.finfo(value.dtype).eps)
+  finite = xp.isfinite(value)
+  return xp.where(finite, (ulps * eps) * (scale + xp.abs(xp.where(finite, value, 0.0))), 0.0)
+
+
 def safe_log(x, xp=jnp):
   """log(x) with log(0) = -inf and a finite gradient at 0."""
   x = xp.asarray(x)

@@ -293,10 +293,17 @@ def _epsilon_at_order(rho, log_inv_delta, alpha_m1):
   ε = αρ + (ln(1/δ) − ln α)/(α − 1) + ln(1 − 1/α)
   (Canonne–Kamath–Steinke 2020, Prop 12 / Cor 13; equals dp_accounting's
   improved RDP conversion with RDP αρ).
+
+  The parts (~αρ ~ √(ρ ln(1/δ))) cancel down to a far smaller ε at small ρ,
+  so the value carries their rounding allowance (float32 gave 0 for 7.5e-7
+  at ρ = 1.6e-8, δ = 1.1e-4, with ln(1 − 1/α) as a difference of logs).
   """
-  alpha = 1.0 + alpha_m1
-  return (alpha * rho + (log_inv_delta - jnp.log1p(alpha_m1)) / alpha_m1
-          + jnp.log(alpha_m1) - jnp.log(alpha))
+  log_alpha = jnp.log1p(alpha_m1)
+  parts = ((1.0 + alpha_m1) * rho, (log_inv_delta - log_alpha) / alpha_m1,
+           -jnp.log1p(1.0 / alpha_m1))
+  value = parts[0] + parts[1] + parts[2]
+  scale = parts[0] + (log_inv_delta + log_alpha) / alpha_m1 - parts[2]
+  return value + _numerics.rounding_allowance(scale, value)
 
 
 @functools.partial(jax.jit, static_argnames="method")
@@ -304,7 +311,8 @@ def _rho_to_epsilon_kernel(rho, delta, method="improved"):
   rho, delta = _float(rho, delta)
   rho, delta = jnp.broadcast_arrays(rho, delta)
   log_inv_delta = jnp.maximum(-jnp.log(delta), 0.0)
-  bs = rho + 2.0 * jnp.sqrt(rho * log_inv_delta)
+  eps = float(jnp.finfo(rho.dtype).eps)
+  bs = (rho + 2.0 * jnp.sqrt(rho * log_inv_delta)) * (1.0 + 4.0 * eps)   # rounded up
   if method == "bun_steinke":
     return bs
   pos = rho > 0
@@ -349,8 +357,10 @@ def _log_delta_at_order(rho, epsilon, alpha_m1):
   δ = exp((α − 1)(αρ − ε)) / α · (1 − 1/α)^{α−1}.
   """
   alpha = 1.0 + alpha_m1
-  return (alpha_m1 * (alpha * rho - epsilon)
-          + alpha_m1 * (jnp.log(alpha_m1) - jnp.log(alpha)) - jnp.log(alpha))
+  parts = (alpha_m1 * alpha * rho, -alpha_m1 * epsilon,
+           -alpha_m1 * jnp.log1p(1.0 / alpha_m1), -jnp.log1p(alpha_m1))
+  value = parts[0] + parts[1] + parts[2] + parts[3]
+  return value + _numerics.rounding_allowance(sum(jnp.abs(p) for p in parts), value)
 
 
 @functools.partial(jax.jit, static_argnames="method")
@@ -362,7 +372,10 @@ def _rho_to_delta_kernel(rho, epsilon, method="improved"):
   gap = epsilon - rho
   above = gap > 0
   safe_gap = jnp.where(above, gap, 0.0)
-  bs = jnp.where(above, jnp.exp(-jnp.square(safe_gap) / (4.0 * safe_rho)), 1.0)
+  eps = float(jnp.finfo(rho.dtype).eps)
+  # Rounded up: the exponent's magnitude shrunk by 4 ulps.
+  bs = jnp.where(above, jnp.exp(-jnp.square(safe_gap) / (4.0 * safe_rho) * (1.0 - 4.0 * eps)),
+                 1.0)
   if method == "improved":
     finite_eps = jnp.isfinite(epsilon)
     safe_eps = jnp.where(finite_eps, epsilon, 1.0)
@@ -375,7 +388,7 @@ def _rho_to_delta_kernel(rho, epsilon, method="improved"):
     best = jnp.exp(jnp.minimum(_golden_min(f, u0 - 12.0, u0 + 12.0), 0.0))
     best = jnp.where(finite_eps, best, 0.0)
     bs = jnp.minimum(bs, best)
-  d = jnp.where(pos, bs, jnp.where(epsilon >= 0, 0.0, 1.0))
+  d = jnp.where(pos, bs * (1.0 + 4.0 * eps), jnp.where(epsilon >= 0, 0.0, 1.0))   # exp rounded up
   return jnp.clip(d, 0.0, 1.0)
 
 
@@ -434,7 +447,9 @@ def _rho_for_epsilon_kernel(epsilon, delta, method):
   log_inv_delta = jnp.maximum(-jnp.log(delta), 0.0)
   rho_bs = jnp.square(epsilon / (jnp.sqrt(log_inv_delta + epsilon)
                                  + jnp.sqrt(log_inv_delta)))
-  rho_bs = jnp.where(epsilon > 0, rho_bs, 0.0)
+  # Rounded down, by enough that the rounded-up Bun–Steinke ε of the result
+  # stays within ε (the improved search starts from it as its feasible end).
+  rho_bs = jnp.where(epsilon > 0, rho_bs, 0.0) * (1.0 - 16.0 * float(jnp.finfo(epsilon.dtype).eps))
   if method == "bun_steinke":
     return rho_bs
 

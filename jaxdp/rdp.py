@@ -185,20 +185,16 @@ _ROUNDING_EPS = 2.0
 
 
 def _rounding_allowance(scale, value, xp=jnp):
-  """Upward allowance for the rounding of a log-value computed from large parts.
+  """:func:`jaxdp._numerics.rounding_allowance` at ``_ROUNDING_EPS``.
 
   Where the parts of a log-integrand or log-term (magnitudes summing to
-  ``scale``) nearly cancel, float rounding of each part (one ulp of log q
-  amplified α-fold, say) is far above the value's own ulp; the inflation by
-  a relative 256 ulps at the end cannot cover it. Adding
-  ``_ROUNDING_EPS·eps·(scale + |value|)`` to each log-value before the
-  sum keeps the sum an upper bound (float64: ~1e-11 at α ~ 10⁴; float32:
-  ~1e-3 at α ~ 700, q ~ 1e-5 where the parts reach 10⁴).
+  ``scale``) nearly cancel, their rounding (one ulp of log q amplified
+  α-fold, say) is far above the value's own ulp, and the final relative
+  inflation by 256 ulps cannot cover it; adding this to each log-value
+  before the sum keeps the sum an upper bound (float64: ~1e-11 at α ~ 10⁴;
+  float32: ~1e-3 at α ~ 700, q ~ 1e-5, where the parts reach 10⁴).
   """
-  eps = float(xp.finfo(value.dtype).eps)
-  finite = xp.isfinite(value)   # ±inf values (masked terms, q = 0) stay as they are
-  return xp.where(finite, (_ROUNDING_EPS * eps) * (scale + xp.abs(xp.where(finite, value, 0.0))),
-                  0.0)
+  return nx.rounding_allowance(scale, value, _ROUNDING_EPS, xp)
 
 
 def _logsumexp(x, axis, xp=jnp):
