@@ -8,7 +8,9 @@ inflated by a relative 256 ulps, and every log-term of the sampled-Gaussian
 sums carries a rounding allowance proportional to its parts' magnitudes
 (:func:`_rounding_allowance`): where α(α-1)/(2σ²) and α·log q cancel (large α,
 small q) float32 rounding reaches ~1e-3 relative, so there the float32 value
-is up to ~1% looser (α ≳ 1000) but stays an upper bound.
+is up to ~1% looser (α ≳ 1000) but stays an upper bound. Float32 quadrature
+(traced or fractional orders) adds a flat, measured 2e-3 for the way XLA
+compiles it (``_F32_COMPILED``).
 
 Mathematics: Mironov, Talwar & Zhang, "Rényi Differential Privacy of the
 Sampled Gaussian Mechanism" (2019), §3. For Poisson sampling with rate q and
@@ -182,6 +184,13 @@ def _binomial_terms(log_q, log_1mq, sigma, coef, rest, k, xp=jnp, coef_err=0.0):
 # cancel (|value| < 5% of them), ≤ 0.99 elsewhere (relative error ≤ 1.7 eps,
 # also inside the 256-ulp factor).
 _ROUNDING_EPS = 2.0
+# Float32 quadrature as XLA compiles it (jax 0.10.2, CPU) can differ from the
+# same formulas evaluated op by op: in some compiled programs its algebraic
+# simplifier cost up to 7.6e-4 in log(A_α - 1) (q = 2.6e-4, σ = 5.58, α = 351,
+# in a batch of 4096; q = 1.3e-3, σ = 3.76, α = 115 alone), beyond any
+# per-term allowance (exact with the pass disabled). Measured, not derived:
+# a flat allowance with a 2.6× margin.
+_F32_COMPILED = 2e-3
 
 
 def _rounding_allowance(scale, value, xp=jnp):
@@ -286,12 +295,13 @@ def _log_integrand_f(z, o: _Order, s2, log_q, log_1mq, log_norm, xp=jnp):
   (b) otherwise: f = β(1+u)(E - w) with β = α-1, l = log1p(u), E = expm1(βl)/β
       and w = u/(1+u). Since E ≥ l ≥ w, E - w has no catastrophic
       cancellation once |αu| ≥ 0.05 — for α → 1 as well as for large α.
-  (c) βl > 40: log f = αl to within e^{-40} (w ≤ 1 ≪ E), recentred: with
-      1 + u = (1-q)(1 + e^t), t = (2z-1)/(2σ²) + log(q/(1-q)),
+  (c) βl > 40: log f = αl to within e^{-40} (w ≤ 1 ≪ E); in float32
+      recentred: with 1 + u = (1-q)(1 + e^t), t = (2z-1)/(2σ²) + log(q/(1-q)),
         αl - z²/(2σ²) = K - (z-α)²/(2σ²) + α·softplus(-t),
         K = α·(log q + (α-1)/(2σ²)),
       so the parts ~α²/(2σ²) and α·log q, which cancel near the high mode,
-      meet once per element in K instead of at every node.
+      meet once per element in K instead of at every node
+      (:func:`_recentred_high`).
   Each value carries :func:`_rounding_allowance` for its parts' magnitudes.
   """
   x = (2.0 * z - 1.0) / (2.0 * s2)
@@ -299,12 +309,11 @@ def _log_integrand_f(z, o: _Order, s2, log_q, log_1mq, log_norm, xp=jnp):
   e = xp.expm1(xp.minimum(x, cap))
   log_abs_e = xp.where(x > cap, x, nx.safe_log(xp.abs(e), xp))
   log_abs_u = log_q + log_abs_e
-  # Past the cap e is clipped, so u comes from log|u| (finite up to e^_LOG_BIG,
-  # beyond which branch (c) uses log|u| alone): float32 with q < 3e-12 reaches
-  # the cap (x ≈ 87) while log|u| < 60.
-  u = xp.where(x > cap, xp.exp(xp.minimum(log_abs_u, _LOG_BIG)), xp.exp(log_q) * e)
+  u = xp.exp(log_q) * e
   small = log_abs_u + o.log_alpha < math.log(0.05)
-  huge = log_abs_u > _LOG_BIG
+  # Past the cap e (hence u) is clipped, so l = log|u| there too: float32
+  # with q < 3e-12 reaches the cap (x ≈ 87) while log|u| < 60.
+  huge = (log_abs_u > _LOG_BIG) | (x > cap)
   # (a)
   us = xp.where(small, u, 0.0)
   bracket = xp.ones_like(us)
@@ -328,23 +337,38 @@ def _log_integrand_f(z, o: _Order, s2, log_q, log_1mq, log_norm, xp=jnp):
            + 80.0)
   plain = -gauss + log_f
   mag_plain = gauss + xp.abs(lg) + xp.where(small, mag_a, mag_b)
-  # (c)
-  c = log_q - log_1mq
-  t = x + c
-  sp = nx.softplus(-t, xp)
-  k_ab = o.alpha * xp.abs(log_q) + o.alpha * o.beta / (2.0 * s2)
-  k_const = o.alpha * (log_q + o.beta / (2.0 * s2))
-  dz = z - o.alpha
-  shift = dz * dz / (2.0 * s2)
-  high = k_const - shift + o.alpha * sp
-  # t is off by ~(|x| + |c|) ulps, moving α·softplus(-t) by α·sigmoid(-t) per unit.
-  abs_c = xp.where(xp.isfinite(c), xp.abs(c), 0.0)   # c = +inf at q = 1 (then t = inf)
-  mag_high = k_ab + shift + o.alpha * (sp + _sigmoid(-t, xp) * (xp.abs(x) + abs_c + 1.0))
+  if xp.finfo(z.dtype).eps > 1e-10:
+    high, mag_high = _recentred_high(z, x, e, o, s2, log_q, log_1mq, xp)
+  else:
+    # float64: the plain form (one exp and one log fewer per node) with
+    # the allowance of its parts (~1e-11 absolute at α ~ 10⁴): l is off by
+    # (|log q| + |x| + 3) ulps (from u), amplified α-fold.
+    high = -gauss + o.alpha * l
+    mag_high = gauss + o.alpha * (xp.abs(l) + xp.abs(log_q) + xp.abs(x) + 3.0)
   use_plain = small | moderate
   value = xp.where(use_plain, plain, high) - log_norm
   mag = xp.where(use_plain, mag_plain, mag_high) + xp.abs(log_norm)
   value = value + _rounding_allowance(mag, value, xp)
   return xp.where(log_abs_u == -xp.inf, -xp.inf, value)
+
+
+def _recentred_high(z, x, e, o: _Order, s2, log_q, log_1mq, xp=jnp):
+  """Branch (c) of :func:`_log_integrand_f` recentred, and its parts' magnitude.
+
+  αl - z²/(2σ²) = K - (z-α)²/(2σ²) + α·softplus(-t), K = α·(log q + β/(2σ²)),
+  with softplus(-t) = log1p(e^{-t}) and e^{-t} = ((1-q)/q)/(e + 1): there
+  x > 0, so e + 1 = e^x to an ulp (clipped at the cap, sp only rounds up).
+  """
+  c = log_q - log_1mq
+  sp = nx.log1p(xp.exp(-c) / (e + 1.0), xp)
+  k_ab = o.alpha * xp.abs(log_q) + o.alpha * o.beta / (2.0 * s2)
+  k_const = o.alpha * (log_q + o.beta / (2.0 * s2))
+  dz = z - o.alpha
+  shift = dz * dz / (2.0 * s2)
+  # t is off by ~(|x| + |c|) ulps, moving α·softplus(-t) by α·sigmoid(-t) ≤
+  # α·softplus(-t) per unit (log(1 + y) ≥ y/(1 + y)).
+  abs_c = xp.where(xp.isfinite(c), xp.abs(c), 0.0)   # c = +inf at q = 1 (then sp = 0)
+  return k_const - shift + o.alpha * sp, k_ab + shift + o.alpha * sp * (xp.abs(x) + abs_c + 3.0)
 
 
 @functools.partial(jax.jit, static_argnames=("nodes",))
@@ -457,6 +481,8 @@ def _log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes=_NODES_PE
   # per mode, each mode carrying ≥ peak·σ·√(2π) (G'' ≥ -1/σ²).
   z_max = xp.maximum(xp.abs(left), xp.abs(right))
   shifted = _rounding_allowance(z_max / sigma, zero, xp)
+  if xp.finfo(dtype).eps > 1e-10:
+    shifted = shifted + _F32_COMPILED
   return _logsumexp(xp.concatenate([la, lb], axis=-1), axis=-1, xp=xp) + shifted
 
 
@@ -535,7 +561,8 @@ def sampled_gaussian(q, sigma, alpha, *, _nodes=None):
   log-term is raised by a rounding allowance for its parts' magnitudes,
   which keeps float32 values upper bounds at the price of up to ~1% extra
   looseness there (α ≳ 1000, ``tests/test_soundness.py``); float64 gives
-  up ~1e-11 at most.
+  up ~1e-11 at most. Float32 quadrature adds a measured 2e-3 to
+  log(A_α - 1): compiled by XLA it was up to 7.6e-4 off.
   Quadrature uses 64 nodes per window, 40 when every concrete σ ≥ 0.5.
 
   Args:

@@ -527,8 +527,11 @@ def _check_float32(batch):
                              d[under], hi[under], lo[under])
     # Tightness: float32 rounds each term of the conversion up by ~256 ulps,
     # and those terms (log(1/δ)/(α-1) ~ 0.1) dwarf a tiny ε: found by
-    # hypothesis at q = 1, σ = 634 (ε = 0.002033, float32 0.002035).
-    over = hi > lo * (1 + 1e-3) + 1e-5
+    # hypothesis at q = 1, σ = 634 (ε = 0.002033, float32 0.002035). The
+    # quadrature path (traced orders) also carries rdp._F32_COMPILED = 2e-3
+    # in log(A_α - 1) (XLA's compiled float32 can be 7.6e-4 off), so 3e-3
+    # there (it was 1e-3 before that allowance).
+    over = hi > lo * (1 + 3e-3) + 1e-5
     assert not over.any(), (f"float32 {name} too loose", q[over], s[over], hi[over], lo[over])
 
 
