@@ -530,8 +530,11 @@ def _check_float32(batch):
     # hypothesis at q = 1, σ = 634 (ε = 0.002033, float32 0.002035). The
     # quadrature path (traced orders) also carries rdp._F32_COMPILED = 2e-3
     # in log(A_α - 1) (XLA's compiled float32 can be 7.6e-4 off), so 3e-3
-    # there (it was 1e-3 before that allowance).
-    over = hi > lo * (1 + 3e-3) + 1e-5
+    # there (it was 1e-3 before that allowance). The conversion to ε can
+    # amplify it where ε is far below T·RDP (q = 0.165, σ = 1, T = 6, δ = 0.3:
+    # +1.06% at ε = 0.073), so ε gets 2e-2.
+    rel = 3e-3 if name == "rdp.sampled_gaussian" else 2e-2
+    over = hi > lo * (1 + rel) + 1e-5
     assert not over.any(), (f"float32 {name} too loose", q[over], s[over], hi[over], lo[over])
 
 
