@@ -19,7 +19,6 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import gammaln
 
 from jaxdp import _numerics as nx
 from jaxdp import rdp
@@ -190,8 +189,7 @@ def _wbk_log_a(log_q, sigma, a, fd, max_terms: int):
   i = jnp.asarray(i_np, dtype)
   ex = lambda x: x[..., None]
   valid = i <= ex(a)
-  gammas = (gammaln(ex(a) + 1.0), gammaln(i + 1.0), gammaln(jnp.maximum(ex(a) - i, 0.0) + 1.0))
-  log_binom = gammas[0] - gammas[1] - gammas[2]
+  log_binom, gamma_err = rdp._log_binomial(ex(a), i)
   plain = math.log(2.0) + (i - 1.0) * i * ex(c)
   # i = 2: min(log 4 + log(e^{2c} - 1), 2c + log 2).
   b2 = jnp.minimum(math.log(4.0) + nx.log_expm1(2.0 * c), 2.0 * c + math.log(2.0))
@@ -211,9 +209,7 @@ def _wbk_log_a(log_q, sigma, a, fd, max_terms: int):
   # i·log q, log C(a, i) and b (~ i²c) cancel at large a: each term carries the
   # rounding allowance of its parts (as rdp's binomial sum does).
   parts = jnp.abs(i * ex(log_q)) + jnp.abs(log_binom) + jnp.abs(b)
-  gamma_err = rdp._log_binomial_error(sum(jnp.abs(g) for g in gammas),
-                                      float(jnp.finfo(dtype).eps))
-  terms = terms + rdp._rounding_allowance(parts, terms) + gamma_err
+  terms = terms + nx.rounding_allowance(parts, terms) + gamma_err
   terms = jnp.where(valid, terms, -jnp.inf)
   return nx.softplus(_lse(terms))
 

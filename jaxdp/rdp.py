@@ -6,7 +6,7 @@ when called from the host-level entry points (``jaxdp.epsilon`` & co. scope
 ``jax_enable_x64``), float32 inside a user's jit with x64 off. Values are
 inflated by a relative 256 ulps, and every log-term of the sampled-Gaussian
 sums carries a rounding allowance proportional to its parts' magnitudes
-(:func:`_rounding_allowance`): where α(α-1)/(2σ²) and α·log q cancel (large α,
+(:func:`jaxdp._numerics.rounding_allowance`): where α(α-1)/(2σ²) and α·log q cancel (large α,
 small q) float32 rounding reaches ~1e-3 relative, so there the float32 value
 is up to ~1% looser (α ≳ 1000) but stays an upper bound. Float32 quadrature
 (traced or fractional orders) adds a flat, measured 2e-3 for the way XLA
@@ -31,6 +31,7 @@ from typing import NamedTuple, Tuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.scipy.special import gammaln
 
 from jaxdp import _numerics as nx
 
@@ -132,6 +133,19 @@ def _binomial_tables(orders):
   return coef, np.where(valid, a_np - k_np, 0.0), np.where(valid, err, 0.0)
 
 
+def _log_binomial(n, k):
+  """log C(n, k) by log-gammas in the caller's dtype, and its error bound.
+
+  Returns:
+    ``(coef, err)``, broadcast; C(n, k) with k > n is taken as C(n, k)
+    with n - k clipped to 0 (callers mask those terms).
+  """
+  parts = (gammaln(n + 1.0), gammaln(k + 1.0), gammaln(jnp.maximum(n - k, 0.0) + 1.0))
+  coef = parts[0] - parts[1] - parts[2]
+  eps = float(jnp.finfo(coef.dtype).eps)
+  return coef, _log_binomial_error(sum(jnp.abs(g) for g in parts), eps)
+
+
 def _log_binomial_error(log_gammas, eps):
   """Error bound of log C(α, k) computed as a difference of log-gammas.
 
@@ -162,7 +176,7 @@ def _binomial_terms(log_q, log_1mq, sigma, coef, rest, k, xp=jnp, coef_err=0.0):
   large parts k·log q and y (each ~10⁴ at k ~ 700 when y ≈ k·|log q|) enter
   as one product k·(log q + (k-1)/(2σ²)) whose factor cancels first. The
   result still carries the rounding of log q and (k-1)/(2σ²), amplified
-  k-fold; :func:`_rounding_allowance` bounds it (and the rest) by the sum of
+  k-fold; :func:`jaxdp._numerics.rounding_allowance` bounds it (and the rest) by the sum of
   the magnitudes of the parts; ``coef_err`` bounds the error ``coef`` had
   before it was rounded to the dtype.
   """
@@ -173,18 +187,9 @@ def _binomial_terms(log_q, log_1mq, sigma, coef, rest, k, xp=jnp, coef_err=0.0):
   tail = nx.log1mexp(y, xp)
   terms = coef + pow_1mq + k * (log_q + (k - 1.0) * inv_2s2) + tail
   scale = xp.abs(coef) + xp.abs(pow_1mq) + k * xp.abs(log_q) + y + xp.abs(tail)
-  return terms + _rounding_allowance(scale, terms, xp) + coef_err
+  return terms + nx.rounding_allowance(scale, terms, xp) + coef_err
 
 
-# Float rounding allowance (units of the dtype's epsilon per unit of magnitude).
-# Each log-term is a sum of a few parts computed to ≲ 2 ulps each, so its
-# error is ≲ 1.5·eps·(sum of the parts' magnitudes). Measured in float32
-# against float64 (~2·10⁵ random points biased to the cancelling regime, q
-# down to 1e-12, α to 10⁵), op by op: error / (eps·magnitude) ≤ 0.59 where
-# the parts cancel (|value| < 5% of them), ≤ 0.99 elsewhere (relative error
-# ≤ 1.7 eps, also inside the 256-ulp factor); compiled programs reached 1.7
-# apart from the cases _F32_COMPILED covers.
-_ROUNDING_EPS = 2.0
 # Float32 quadrature as XLA compiles it (jax 0.10.2, CPU) can differ from the
 # same formulas evaluated op by op: in some compiled programs its algebraic
 # simplifier cost up to 7.6e-4 in log(A_α - 1) (q = 2.6e-4, σ = 5.58, α = 351,
@@ -192,19 +197,6 @@ _ROUNDING_EPS = 2.0
 # per-term allowance (exact with the pass disabled). Measured, not derived:
 # a flat allowance with a 2.6× margin.
 _F32_COMPILED = 2e-3
-
-
-def _rounding_allowance(scale, value, xp=jnp):
-  """:func:`jaxdp._numerics.rounding_allowance` at ``_ROUNDING_EPS``.
-
-  Where the parts of a log-integrand or log-term (magnitudes summing to
-  ``scale``) nearly cancel, their rounding (one ulp of log q amplified
-  α-fold, say) is far above the value's own ulp, and the final relative
-  inflation by 256 ulps cannot cover it; adding this to each log-value
-  before the sum keeps the sum an upper bound (float64: ~1e-11 at α ~ 10⁴;
-  float32: ~1e-3 at α ~ 700, q ~ 1e-5, where the parts reach 10⁴).
-  """
-  return nx.rounding_allowance(scale, value, _ROUNDING_EPS, xp)
 
 
 def _logsumexp(x, axis, xp=jnp):
@@ -242,13 +234,10 @@ def _plain_log_integrand(z, alpha, s2, c, xp=jnp):
   return -z * z / (2.0 * s2) + alpha * nx.softplus((2.0 * z - 1.0) / (2.0 * s2) + c, xp)
 
 
-def _sigmoid(t, xp=jnp):
-  return jax.nn.sigmoid(t) if xp is jnp else 0.5 * (1.0 + np.tanh(0.5 * t))
-
-
 def _h(z, alpha, s2, c, xp=jnp):
   t = (2.0 * z - 1.0) / (2.0 * s2) + c
-  return alpha * _sigmoid(t, xp) - z
+  p = jax.nn.sigmoid(t) if xp is jnp else 0.5 * (1.0 + np.tanh(0.5 * t))
+  return alpha * p - z
 
 
 def _bisect(fn, lo, hi, steps, xp=jnp):
@@ -303,7 +292,7 @@ def _log_integrand_f(z, o: _Order, s2, log_q, log_1mq, log_norm, xp=jnp):
       so the parts ~α²/(2σ²) and α·log q, which cancel near the high mode,
       meet once per element in K instead of at every node
       (:func:`_recentred_high`).
-  Each value carries :func:`_rounding_allowance` for its parts' magnitudes.
+  Each value carries :func:`jaxdp._numerics.rounding_allowance` for its parts' magnitudes.
   """
   x = (2.0 * z - 1.0) / (2.0 * s2)
   cap = math.log(float(xp.finfo(z.dtype).max)) - 2.0   # expm1 stays finite below
@@ -349,7 +338,7 @@ def _log_integrand_f(z, o: _Order, s2, log_q, log_1mq, log_norm, xp=jnp):
   use_plain = small | moderate
   value = xp.where(use_plain, plain, high) - log_norm
   mag = xp.where(use_plain, mag_plain, mag_high) + xp.abs(log_norm)
-  value = value + _rounding_allowance(mag, value, xp)
+  value = value + nx.rounding_allowance(mag, value, xp)
   return xp.where(log_abs_u == -xp.inf, -xp.inf, value)
 
 
@@ -481,7 +470,7 @@ def _log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes=_NODES_PE
   # at shifted points, off by at most TV(integrand)·max|δz| ≤ 2·peak·eps·|z|
   # per mode, each mode carrying ≥ peak·σ·√(2π) (G'' ≥ -1/σ²).
   z_max = xp.maximum(xp.abs(left), xp.abs(right))
-  shifted = _rounding_allowance(z_max / sigma, zero, xp)
+  shifted = nx.rounding_allowance(z_max / sigma, zero, xp)
   if xp.finfo(dtype).eps > 1e-10:
     shifted = shifted + _F32_COMPILED
   return _logsumexp(xp.concatenate([la, lb], axis=-1), axis=-1, xp=xp) + shifted
@@ -699,15 +688,12 @@ def _log_a_minus_1_binomial_elementwise(log_q, log_1mq, sigma, alpha, kmax: int)
     log_q, log_1mq, sigma, alpha: shape (E,).
     kmax: static bound on the orders (terms are masked beyond each α).
   """
-  from jax.scipy.special import gammaln
   dtype = log_q.dtype
   k = jnp.arange(2, kmax + 1, dtype=dtype)[None, :]
   a = alpha[:, None]
   valid = k <= a
   rest = jnp.where(valid, a - k, 0.0)
-  parts = (gammaln(a + 1.0), gammaln(k + 1.0), gammaln(rest + 1.0))
-  coef = parts[0] - parts[1] - parts[2]
-  coef_err = _log_binomial_error(sum(jnp.abs(g) for g in parts), float(jnp.finfo(dtype).eps))
+  coef, coef_err = _log_binomial(a, k)
   terms = _binomial_terms(log_q[:, None], log_1mq[:, None], sigma[:, None], coef, rest, k,
                           coef_err=coef_err)
   return _logsumexp(jnp.where(valid, terms, -jnp.inf), axis=-1)
