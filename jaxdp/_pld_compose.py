@@ -10,93 +10,85 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+# Bits of the unrolled binary exponentiation: step counts below 2**24 share
+# one program per window shape; larger ones take 32, 40, ... (a few programs).
+_POWER_BITS = 24
+
+# Normwise relative error of one complex product, in units of eps_machine:
+# sqrt(5)·u with u = eps/2 (Brent, Percival & Zimmermann 2007, Thm 3.1),
+# rounded up to 2 (an FMA-contracted product is within 2u = eps).
+_PRODUCT_ULPS = 2.0
 
 
-def _complex_power(z, n, nbits):
-  """z ** n for integer n >= 0 (traced) by binary exponentiation.
+def power_bits(steps) -> int:
+  """Static bit count of :func:`_compose_group` for step counts ``steps``: the
+  largest count's bit length rounded up to _POWER_BITS, 32, 40, ..."""
+  top = max(int(np.max(steps, initial=1)), 1).bit_length()
+  return max(_POWER_BITS, -(-top // 8) * 8)
 
-  ``nbits`` (traced, unbatched) is the number of bits to visit: at least the
-  bit length of n (the caller passes the largest one of its batch).
+
+def _power(z, n, bits):
+  """z ** n elementwise for integers 0 <= n < 2**bits, by binary
+  exponentiation unrolled over ``bits`` (static) bits.
+
+  Unrolled, the squarings and the conditional products fuse into one pass
+  over the spectrum; a ``fori_loop`` over a traced bit count (before) made
+  one pass per bit, measured 1.3-1.8x slower on the 2-core CPU, and its
+  while loop compiled longer. The unused high bits square a base that has
+  underflowed to 0 for |z| < 1 and select nothing.
   """
-
-  def body(k, carry):
-    acc, base = carry
-    bit = (n >> k) & 1
-    acc = jnp.where(bit == 1, acc * base, acc)
-    return acc, base * base
-
-  acc0 = jnp.ones_like(z)
-  acc, _ = jax.lax.fori_loop(0, nbits, body, (acc0, z))
+  acc = jnp.ones_like(z)
+  base = z
+  for k in range(bits):
+    acc = jnp.where(((n >> k) & 1) == 1, acc * base, acc)
+    if k + 1 < bits:
+      base = base * base
   return acc
 
 
-def _compose(p, i_lo, steps, start, nbits, *, size):
-  """Composes phases on a window of ``size`` loss indices starting at ``start``.
+@functools.partial(jax.jit, static_argnames=("size", "bits"))
+def _compose_group(p, steps, *, size, bits):
+  """Composes a group of windows, each row on its own (cyclically).
 
-  Each phase's PMF is folded onto the cycle of length ``size`` from its own
-  grid start (a sum of reshaped slices, no scatter); the composed cyclic PMF is
-  then read from ``start - Σ_k steps_k · i_lo_k`` (cyclic convolution commutes
-  with shifts, so this is the same cyclic result as placing every phase at its
-  true loss indices first).
-
-  Args:
-    p: (phases, n_pad) one-step PMFs; phase k's entry j is loss (i_lo[k] + j)·h.
-    i_lo: (phases,) int.  steps: (phases,) int.  start: int window start.
-    nbits: (phases,) bits visited by each phase's binary exponentiation
-      (>= the bit length of its steps; traced, the same for every row, so a
-      phase of 10 steps next to one of 5000 squares 4 times, not 13).
-  Returns:
-    ``(w, power_err)``: the (size,) composed PMF of the window and an
-    allowance for the round-off that the powers add to sums of ``w``.
-  """
-  n_pad = p.shape[-1]
-  reps = -(-n_pad // size)
-
-  def spectrum(pk, t, bits):
-    folded = jnp.pad(pk, (0, reps * size - n_pad)).reshape(reps, size).sum(axis=0)
-    return _complex_power(jnp.fft.rfft(folded), t, bits)
-
-  spec = spectrum(p[0], steps[0], nbits[0])
-  for k in range(1, p.shape[0]):   # phases (static count)
-    spec = spec * spectrum(p[k], steps[k], nbits[k])
-  out = jnp.fft.irfft(spec, n=size)
-  shift = start - jnp.sum(steps * i_lo)
-  idx = jnp.mod(shift + jnp.arange(size), size)
-  # Round-off of the powers: a relative error e of a spectral value becomes
-  # T·e in its T-th power, and the inverse FFT spreads the spectrum's error
-  # over the window: the summed absolute error of the composed PMF is at most
-  # Σ_f |Δspec_f| ≈ T·c·eps·Σ_f |spec_f| (2·Σ over the half spectrum).
-  spec_l1 = 2.0 * jnp.sum(jnp.abs(spec))
-  power_err = jnp.sum(steps).astype(out.dtype) * jnp.finfo(out.dtype).eps * spec_l1
-  return out[idx], power_err
-
-
-def _compose_batch(p, i_lo, steps, start, nbits, *, size):
-  return jax.vmap(functools.partial(_compose, size=size),
-                  in_axes=(0, 0, 0, 0, None))(p, i_lo, steps, start, nbits)
-
-
-@functools.partial(jax.jit, static_argnames=("size",))
-def _compose_group(p, i_lo, steps, start, nbits, *, size):
-  """Composes a group of windows, each row on its own.
-
-  The δ/ε read-out of the composed windows runs on the host
-  (:func:`jaxdp._pld_readout.answer`): it compiles nothing, so a new window
-  length costs only this small program.
+  Row r's phase k has the one-step PMF ``p[r, k]`` on its own grid; its
+  entries are folded onto the cycle of length ``size`` (a sum of reshaped
+  slices, no scatter), raised to its step count in Fourier space, and the
+  phases multiplied. The composed cyclic PMF is returned unrotated: window
+  node j of the row sits at entry ``(shift + j) mod size`` with
+  ``shift = start - Σ_k steps_k · i_lo_k`` (cyclic convolution commutes with
+  shifts, so this is the same cyclic result as placing every phase at its
+  true loss indices first); the host reads it there
+  (:func:`jaxdp._pld_readout.answer`), which avoids a gather here.
 
   Args:
     p: (m, phases, width) one-step PMFs, one window per row (pessimistic or
-      optimistic, of any configuration and direction: each row is composed
-      on its own).  i_lo, steps: (m, phases) of each row.
-    start: (m,) window starts.  nbits: (phases,) bits of each phase's
-      largest step count.
+      optimistic, of any configuration and direction).  steps: (m, phases)
+      integer step counts, below 2**bits (count 0: padding).
+    size: FFT length (static).  bits: :func:`power_bits` of the steps (static).
   Returns:
-    ``(w, power_err, level)``: the (m, size) composed windows, the powers'
-    round-off allowance of each row (:func:`_compose`) and its FFT round-off
-    level, the larger of the most negative entry (exact values are >= 0) and
-    ``eps_machine`` times the largest one.
+    ``(w, power_err, level)``: the (m, size) composed cyclic PMFs; an
+    allowance for the round-off that the powers add to sums of ``w``: a
+    relative error e of a spectral value becomes ~T·e in its T-th power
+    (each squaring doubles the relative error, each product adds at most
+    ``_PRODUCT_ULPS`` eps), and the inverse FFT spreads the spectrum's error
+    over the window, so the summed absolute error of the composed PMF is at
+    most Σ_f |Δspec_f| <= c·T·eps·Σ_f |spec_f| (twice the half spectrum);
+    and the FFT round-off level of each row, the larger of its most negative
+    entry (exact values are >= 0) and eps times its largest one.
   """
-  w, power_err = _compose_batch(p, i_lo, steps, start, nbits, size=size)
-  level = jnp.maximum(jnp.maximum(-jnp.min(w, axis=-1), 0.0),
-                      jnp.finfo(w.dtype).eps * jnp.max(w, axis=-1))
-  return w, power_err, level
+  m, n_ph, width = p.shape
+  reps = -(-width // size)
+  folded = jnp.pad(p, ((0, 0), (0, 0), (0, reps * size - width)))
+  folded = folded.reshape(m, n_ph, reps, size).sum(axis=2)
+  spec = None
+  for k in range(n_ph):   # phases (static count)
+    sk = _power(jnp.fft.rfft(folded[:, k], axis=-1), steps[:, k:k + 1], bits)
+    spec = sk if spec is None else spec * sk
+  out = jnp.fft.irfft(spec, n=size, axis=-1)
+  eps = jnp.finfo(out.dtype).eps
+  spec_l1 = 2.0 * jnp.sum(jnp.abs(spec), axis=-1)
+  power_err = _PRODUCT_ULPS * jnp.sum(steps, axis=-1).astype(out.dtype) * eps * spec_l1
+  level = jnp.maximum(jnp.maximum(-jnp.min(out, axis=-1), 0.0), eps * jnp.max(out, axis=-1))
+  return out, power_err, level

@@ -132,8 +132,19 @@ def _read_range(start, h, length, floor):
   return int(min(max(math.floor(floor / h) - 1 - start, 0), top))
 
 
+def _cyclic_slice(row, rot, k0, k1):
+  """Window nodes k0 .. k1 - 1 of a cyclic composed row whose node j sits at
+  entry (rot + j) mod N: a view, or two pieces joined where it wraps."""
+  n = row.shape[-1]
+  lo = (int(rot) + int(k0)) % n
+  count = max(int(k1) - int(k0), 0)
+  if lo + count <= n:
+    return row[lo:lo + count]
+  return np.concatenate([row[lo:], row[:lo + count - n]])
+
+
 def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length, want_epsilon,
-           lower=False):
+           lower=False, rot=None):
   """Bounds of a group's queries from composed windows of one kind.
 
   Args:
@@ -147,6 +158,8 @@ def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length
       pessimistic composed losses may be up to the shift above their nodes,
       the optimistic ones are at least the shift above theirs.
     length: (m,) nodes of each certified window (<= N).
+    rot: (m,) rotation of each cyclic row: window node j is ``w[r, (rot_r + j)
+      mod N]`` (None: 0).
     want_epsilon: queries are target δ's (else ε's).
     lower: read lower bounds from optimistic windows (else upper bounds
       from pessimistic ones; ``inf_mass`` applies to those).
@@ -175,14 +188,16 @@ def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length
   m = len(start)
   size = w.shape[-1]
   per_node = 4.0 * np.asarray(level) + np.asarray(power_err) / size
+  rot = np.zeros(m, np.int64) if rot is None else np.asarray(rot)
   out = np.empty(queries.shape)
   for r in range(m):
     # The smallest ε read: 0 for ε queries (a negative ε is reported as 0),
     # else the smallest queried ε; in node losses, less the PMF's shift.
     least = 0.0 if want_epsilon else float(np.min(queries[r]))
     k0 = _read_range(start[r], h[r], length[r], least - shift[r])
+    w_r = _cyclic_slice(w[r], rot[r], k0, length[r])
     if not lower:
-      w_p = np.maximum(w[r, k0:length[r]], 0.0)
+      w_p = np.maximum(w_r, 0.0)
       if want_epsilon:
         out[r] = epsilon_on_window(w_p, start[r] + k0, h[r], inf_mass[r], queries[r],
                                    per_node=per_node[r]) + shift[r]
@@ -190,9 +205,9 @@ def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length
         out[r] = delta_on_window(w_p, start[r] + k0, h[r], inf_mass[r], queries[r] - shift[r],
                                  per_node=per_node[r])
     elif want_epsilon:
-      out[r] = epsilon_on_window(w[r, k0:length[r]], start[r] + k0, h[r], 0.0,
-                                 queries[r] + wrap[r], lower=True, per_node=per_node[r]) + shift[r]
+      out[r] = epsilon_on_window(w_r, start[r] + k0, h[r], 0.0, queries[r] + wrap[r], lower=True,
+                                 per_node=per_node[r]) + shift[r]
     else:
-      out[r] = delta_on_window(w[r, k0:length[r]], start[r] + k0, h[r], 0.0, queries[r] - shift[r],
+      out[r] = delta_on_window(w_r, start[r] + k0, h[r], 0.0, queries[r] - shift[r],
                                per_node=-per_node[r]) - wrap[r]
   return out

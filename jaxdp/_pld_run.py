@@ -11,7 +11,7 @@ import numpy as np
 
 from jaxdp import _pld_extra
 from jaxdp import _pld_readout
-from jaxdp._pld_compose import _compose_group
+from jaxdp._pld_compose import _compose_group, power_bits
 from jaxdp._pld_step import (_MAX_ELEMS, _MAX_FFT, _MAX_STEP_GRID, _TAIL, _chunks,
                              _grid_range, _pack, _pow2, _stage1)
 
@@ -204,13 +204,13 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
         if dr["on"][k]:
           rows2 = (pp[r], scratch) if c == 0 else (scratch, pp[r])
           _pld_extra.place(dr["on"][k], n_ph, *rows2, lo_all[r], st_int[r])
-      # traced, per phase: no recompiles
-      nbits = np.array([max(1, int(t).bit_length()) for t in st_int.max(axis=0)], np.int32)
-      composed = _compose_group(pp, lo_all, st_int, win_start, nbits, size=int(sz))
-      pending.append((cells[:m], composed))
+      composed = _compose_group(pp, st_int, size=int(sz), bits=power_bits(st_int))
+      # Window node j of row r sits at entry (rot_r + j) mod size.
+      rot = np.mod(win_start - np.sum(st_int * lo_all, axis=1), int(sz))
+      pending.append((cells[:m], composed, rot))
   # Read-outs on the host (jaxdp._pld_readout), in dispatch order: while one
   # group's windows are read out, XLA composes the later groups.
-  for cells, composed in pending:
+  for cells, composed, rot in pending:
     composed = [np.asarray(o) for o in composed]
     for c, out in ((0, upper), (1, lower)):
       rows = [r for r, cell in enumerate(cells) if cell[2] == c]
@@ -226,7 +226,8 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
       got = _pld_readout.answer(
           composed[0][rows], composed[1][rows], composed[2][rows], a_w.astype(np.int64),
           h[cfg], take("inf_cfg"), queries[cfg], take("wrap_cfg"), take("shift")[:, c],
-          (b_w - a_w + 1).astype(np.int64), want_epsilon=want_epsilon, lower=c == 1)
+          (b_w - a_w + 1).astype(np.int64), want_epsilon=want_epsilon, lower=c == 1,
+          rot=rot[rows])
       np.maximum.at(out, cfg, got)   # the worse of the two directions
   over = grow > 1.0
   upper[over] = np.nan
