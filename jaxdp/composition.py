@@ -125,7 +125,12 @@ def advanced_heterogeneous(epsilon, delta, delta_slack, axis=-1):
   sq = jnp.sum(epsilon * epsilon, axis=axis)
   mean = 0.5 * jnp.sum(epsilon * jnp.expm1(epsilon), axis=axis)
   eps_total = jnp.sqrt(2.0 * log_inv * sq) + mean
-  return eps_total, jnp.minimum(jnp.sum(delta, axis=axis) + delta_slack, 1.0)
+  # Sums of n non-negative terms (within (n - 1) half-ulps relative in any
+  # order) and a handful of roundings: rounded up (float32 was 3 ulp low).
+  n = max(epsilon.size // max(eps_total.size, 1), 1)
+  ulps = 0.5 * n + 16
+  delta_total = _numerics.round_up(jnp.sum(delta, axis=axis) + delta_slack, ulps)
+  return _numerics.round_up(eps_total, ulps), jnp.minimum(delta_total, 1.0)
 
 
 # --------------------------------------------------------------------------

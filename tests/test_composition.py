@@ -91,3 +91,22 @@ def test_optimal_beats_advanced_and_inverse_is_feasible():
 def test_bad_inputs(call, match):
   with pytest.raises(ValueError, match=match):
     call()
+
+
+def test_advanced_heterogeneous_float32_never_below_mpmath():
+  """Float32 under jit (x64 off): sums of many ε_i's were 3 ulps low before
+  the result was rounded up by the sums' worst-case error."""
+  import jax.numpy as jnp
+  rng = np.random.default_rng(12)
+  e = np.float32(rng.uniform(0, 2, (3, 500)))
+  d = np.float32(rng.uniform(0, 1e-6, (3, 500)))
+  slack = np.float32([1e-5, 1e-9, 0.3])
+  with jax.enable_x64(False):
+    eps, delta = jax.jit(C.advanced_heterogeneous)(jnp.asarray(e), jnp.asarray(d),
+                                                   jnp.asarray(slack))
+  for r in range(3):
+    em = [mp.mpf(float(x)) for x in e[r]]
+    exact = (mp.sqrt(2 * mp.log(1 / mp.mpf(float(slack[r]))) * mp.fsum(x * x for x in em))
+             + mp.fsum(x * mp.expm1(x) for x in em) / 2)
+    assert float(eps[r]) >= exact
+    assert float(delta[r]) >= mp.fsum(mp.mpf(float(x)) for x in d[r]) + mp.mpf(float(slack[r]))
