@@ -57,6 +57,12 @@ def _tail_budget(queries, want_epsilon, n_ph):
 def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=True):
   """Composes U configurations (both directions) and answers (U, K) queries.
 
+  Four stages: the one-step PMFs and Chernoff edges of every phase and
+  direction (:func:`_one_step_rows`, XLA), the windows of each configuration
+  and direction (:func:`_windows`, host), the FFT composition of the windows
+  grouped by length (:func:`_compose_windows`, XLA), and the host read-out
+  (:func:`_read_out`).
+
   Args:
     q, sigma, steps: (U, P) phases of each configuration (steps 0 = padding);
       (U,) is read as one phase.
@@ -78,37 +84,77 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
   """
   q, sigma, steps = (np.asarray(a, np.float64).reshape(len(h), -1) for a in (q, sigma, steps))
   u_count, n_ph = q.shape
-  k_count = queries.shape[1]
-  upper = np.full((u_count, k_count), -np.inf)
-  lower = np.full((u_count, k_count), -np.inf)
+  extra = [[] for _ in range(u_count)] if extra is None else [list(e) for e in extra]
+  n_ex = max((len(e) for e in extra), default=0)
+  tail = _tail_budget(queries, want_epsilon, n_ph)
+  rows, grow = _one_step_rows(q, sigma, steps, h, tail, want_lower)
+  # Other events on each configuration's grid (jaxdp._pld_extra), on the
+  # host while the kernels above run.
+  caches = [{} for _ in range(u_count)]
+  on2 = ([None] * u_count, [None] * u_count)
+  for u in np.nonzero(grow <= 1.0)[0] if n_ex else ():
+    if extra[u]:
+      for d, remove in enumerate((True, False)):
+        on2[d][u] = _pld_extra.on_grid(extra[u], float(h[u]), remove, caches[u])
+  rows.fetch()
+  directions, grow = _windows(rows, on2, extra, steps, tail, n_ex, grow)
+  pending = _compose_windows(directions, steps, n_ex, grow, want_lower)
+  upper, lower = _read_out(pending, directions, h, queries, want_epsilon)
+  over = grow > 1.0
+  upper[over] = np.nan
+  lower[over] = np.nan
+  return upper, lower, grow
+
+
+class _StepRows:
+  """One-step PMFs of every phase and direction of a batch (rows [0, R)
+  remove, [R, 2R) add, R = U·P), dispatched to XLA in packed chunks;
+  :meth:`fetch` brings them to the host.
+
+  Attributes (after fetch): pmfs: (pessimistic, optimistic) lists of 2R
+    arrays; inf: (2R,) +∞ masses; edges: (4, 2R) windows a_p, b_p, a_o, b_o;
+    n, i_lo: (2R,) one-step grid lengths and starts.
+  """
+
+  def __init__(self, n, i_lo, staged):
+    self.n, self.i_lo, self._staged = n, i_lo, staged
+    self.pmfs = ([np.zeros(1)] * len(n), [np.zeros(1)] * len(n))
+    self.inf = np.zeros(len(n))
+    self.edges = np.zeros((4, len(n)))
+
+  def fetch(self):
+    for sel, start, m, out in self._staged:
+      pp, inf_p, po, *win = (np.asarray(o) for o in out)
+      for r, k in enumerate(sel):
+        self.pmfs[0][k] = pp[start[r]:start[r] + self.n[k]]
+        self.pmfs[1][k] = po[start[r]:start[r] + self.n[k]]
+      self.inf[sel] = inf_p[:m]
+      self.edges[:, sel] = np.stack(win)[:, :m]
+    self._staged = []
+
+
+def _one_step_rows(q, sigma, steps, h, tail, want_lower):
+  """Stage 1: dispatches the one-step kernels of every phase and direction.
+
+  Returns (:class:`_StepRows`, grow): grow (U,) > 1 flags configurations
+  whose one-step grid alone exceeds ``_MAX_STEP_GRID`` (not built).
+  """
+  u_count, n_ph = q.shape
   hh_rows = np.repeat(h, n_ph)
   qf, sf, tf = q.ravel(), sigma.ravel(), steps.ravel()
   live = tf > 0
-  grow = np.ones(u_count)
-  pending = []
-  extra = [[] for _ in range(u_count)] if extra is None else [list(e) for e in extra]
-  n_ex = max((len(e) for e in extra), default=0)
-  caches = [{} for _ in range(u_count)]
-  tail = _tail_budget(queries, want_epsilon, n_ph)
   tail_rows = np.repeat(tail, n_ph)
-  log_inv_rows = -np.log(tail_rows)
-  # One-step grids of both directions (rows [0, R) remove, [R, 2R) add),
-  # packed into the same kernel calls (fewer, fuller calls).
+  # One-step grids of both directions, packed into the same kernel calls
+  # (fewer, fuller calls).
   ranges = [_grid_range(qf, sf, tf, hh_rows, remove, tail_rows) for remove in (True, False)]
   i_lo2 = np.concatenate([np.where(live, lo_, 0) for lo_, _ in ranges])
   n2 = np.concatenate([np.where(live, hi_ - lo_ + 1, 1) for lo_, hi_ in ranges])
-  rows = len(qf)
   live2 = np.tile(live, 2)
-  # Rows whose one-step grid alone exceeds the cap: not built (their
-  # configuration is flagged to grow h).
-  row_grow = np.where(live2, n2 / _MAX_STEP_GRID, 0.0).reshape(2, u_count, n_ph).max((0, 2))
-  grow = np.maximum(grow, row_grow)
+  grow = np.where(live2, n2 / _MAX_STEP_GRID, 0.0).reshape(2, u_count, n_ph).max((0, 2))
+  grow = np.maximum(grow, 1.0)
   live_r = live2 & np.tile(np.repeat(grow <= 1.0, n_ph), 2)
-  rem2 = np.repeat([True, False], rows)
-  q2, s2, h2, t2, li2 = (np.tile(x, 2) for x in (qf, sf, hh_rows, tf, log_inv_rows))
-  pmfs2 = ([np.zeros(1)] * (2 * rows), [np.zeros(1)] * (2 * rows))   # pessimistic, optimistic
-  inf2 = np.zeros(2 * rows)
-  edges2 = np.zeros((4, 2 * rows))    # a_p, b_p, a_o, b_o
+  rem2 = np.repeat([True, False], len(qf))
+  q2, s2, h2, t2, li2 = (np.tile(x, 2) for x in (qf, sf, hh_rows, tf, -np.log(tail_rows)))
   idx = np.nonzero(live_r)[0]
   staged = []
   for part, nb_pad in _chunks(n2[idx]):
@@ -123,29 +169,26 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
                                           pad(i_lo2, 0), pad(t2, 1.0), pad(li2, 1.0),
                                           rob, j0, start, n_rows, remove=pad(rem2, True),
                                           want_lower=want_lower)))
-  # Other events on each configuration's grid (jaxdp._pld_extra), on the
-  # host while the kernels above run.
-  on2 = ([None] * u_count, [None] * u_count)
-  for u in np.nonzero(grow <= 1.0)[0] if n_ex else ():
-    if extra[u]:
-      for d, remove in enumerate((True, False)):
-        on2[d][u] = _pld_extra.on_grid(extra[u], float(h[u]), remove, caches[u])
-  for sel, start, m, out in staged:
-    pp, inf_p, po, *win = (np.asarray(o) for o in out)
-    for r, k in enumerate(sel):
-      pmfs2[0][k] = pp[start[r]:start[r] + n2[k]]
-      pmfs2[1][k] = po[start[r]:start[r] + n2[k]]
-    inf2[sel] = inf_p[:m]
-    edges2[:, sel] = np.stack(win)[:, :m]
+  return _StepRows(n2, i_lo2, staged), grow
+
+
+def _windows(rows, on2, extra, steps, tail, n_ex, grow):
+  """Stage 2: the composed windows of each configuration and direction.
+
+  Returns (directions, grow): one dict per direction (PMFs, windows [a, b]
+  of each kind (pessimistic, optimistic), +∞ and wrapped masses, the other
+  events' shifts and widths, FFT sizes), and grow updated for windows
+  longer than ``_MAX_FFT``.
+  """
+  u_count, n_ph = steps.shape
+  half = len(rows.n) // 2
   directions = []
   for d in range(2):
-    part = slice(d * rows, (d + 1) * rows)
-    n, i_lo, on = n2[part], i_lo2[part], on2[d]
-    pmfs = (pmfs2[0][part], pmfs2[1][part])
-    inf1, edges = inf2[part], edges2[:, part]
+    part = slice(d * half, (d + 1) * half)
+    n, i_lo, on = rows.n[part], rows.i_lo[part], on2[d]
     # Union bound over phases: the window of the sum is the sum of windows.
-    a_p, b_p, a_o, b_o = edges.reshape(4, u_count, n_ph).sum(2)
-    log_keep = (steps * np.log1p(-inf1.reshape(u_count, n_ph))).sum(1)
+    a_p, b_p, a_o, b_o = rows.edges[:, part].reshape(4, u_count, n_ph).sum(2)
+    log_keep = (steps * np.log1p(-rows.inf[part].reshape(u_count, n_ph))).sum(1)
     # The other events' windows and +inf masses join the Gaussian phases'
     # (their window, one for both PMFs, adds to each).
     a_g, b_g = a_p.copy(), b_p.copy()
@@ -163,22 +206,34 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
     # programs per octave).
     win_a, win_b = np.stack([a_p, a_o]), np.stack([b_p, b_o])   # (kind, U)
     size = np.vectorize(_fft_size)(win_b - win_a + 1)
-    ok_cfg = grow <= 1.0
-    grow = np.maximum(grow, np.where(ok_cfg, size.max(0) / _MAX_FFT, 0.0))
-    directions.append(dict(pmfs=pmfs, n=n, n_cfg=n.reshape(u_count, n_ph),
-                           lo_cfg=i_lo.reshape(u_count, n_ph), a=win_a, b=win_b,
-                           inf_cfg=inf_cfg, shift=shift, ex_width=ex_width, wrap_cfg=wrap_cfg,
-                           on=on, size=size))
-  # Composition calls group the windows of both directions and both kinds
-  # (pessimistic, optimistic) by FFT length, each window a row of its own:
-  # two rows per configuration's slot in a call, the same programs whether
-  # lower bounds are wanted or not. (A call per direction and length, with
-  # a configuration's two windows side by side, left more padded rows: 83
-  # row slots for the 64 windows of benchmarks/pld.py's batch.)
+    grow = np.maximum(grow, np.where(grow <= 1.0, size.max(0) / _MAX_FFT, 0.0))
+    directions.append(dict(pmfs=(rows.pmfs[0][part], rows.pmfs[1][part]), n=n,
+                           n_cfg=n.reshape(u_count, n_ph), lo_cfg=i_lo.reshape(u_count, n_ph),
+                           a=win_a, b=win_b, inf_cfg=inf_cfg, shift=shift, ex_width=ex_width,
+                           wrap_cfg=wrap_cfg, on=on, size=size))
+  return directions, grow
+
+
+def _compose_windows(directions, steps, n_ex, grow, want_lower):
+  """Stage 3: dispatches the compositions, windows grouped by FFT length.
+
+  Composition calls group the windows of both directions and both kinds
+  (pessimistic, optimistic) by FFT length, each window a row of its own:
+  two rows per configuration's slot in a call, the same programs whether
+  lower bounds are wanted or not. (A call per direction and length, with a
+  configuration's two windows side by side, left more padded rows: 83 row
+  slots for the 64 windows of benchmarks/pld.py's batch.)
+
+  Returns [(cells, composed, rot)]: the (direction, configuration, kind) of
+  each real row, the call's outputs (XLA arrays, still computing) and each
+  row's rotation (:func:`jaxdp._pld_compose._compose_group`).
+  """
+  u_count, n_ph = steps.shape
   kinds = (0, 1) if want_lower else (0,)
   items = [(d, u, c) for d in range(len(directions)) for c in kinds for u in range(u_count)
            if grow[u] <= 1.0]
   item_size = np.array([directions[d]["size"][c, u] for d, u, c in items], np.int64)
+  pending = []
   for sz in np.unique(item_size):
     group = [items[i] for i in np.nonzero(item_size == sz)[0]]
     chunk = max(1, _MAX_ELEMS // (int(sz) * (n_ph + n_ex)))
@@ -208,8 +263,16 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
       # Window node j of row r sits at entry (rot_r + j) mod size.
       rot = np.mod(win_start - np.sum(st_int * lo_all, axis=1), int(sz))
       pending.append((cells[:m], composed, rot))
-  # Read-outs on the host (jaxdp._pld_readout), in dispatch order: while one
-  # group's windows are read out, XLA composes the later groups.
+  return pending
+
+
+def _read_out(pending, directions, h, queries, want_epsilon):
+  """Stage 4: the (U, K) upper and lower bounds from the composed windows,
+  read on the host (:func:`jaxdp._pld_readout.answer`) in dispatch order:
+  while one group's windows are read out, XLA composes the later groups.
+  Each bound is the worse of the two directions."""
+  upper = np.full(queries.shape, -np.inf)
+  lower = np.full(queries.shape, -np.inf)
   for cells, composed, rot in pending:
     composed = [np.asarray(o) for o in composed]
     for c, out in ((0, upper), (1, lower)):
@@ -228,11 +291,8 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
           h[cfg], take("inf_cfg"), queries[cfg], take("wrap_cfg"), take("shift")[:, c],
           (b_w - a_w + 1).astype(np.int64), want_epsilon=want_epsilon, lower=c == 1,
           rot=rot[rows])
-      np.maximum.at(out, cfg, got)   # the worse of the two directions
-  over = grow > 1.0
-  upper[over] = np.nan
-  lower[over] = np.nan
-  return upper, lower, grow
+      np.maximum.at(out, cfg, got)
+  return upper, lower
 
 
 def _run_within_memory(q, sigma, steps, h, queries, *, want_epsilon, automatic, extra=None,
