@@ -568,7 +568,12 @@ def _edges(p_pess, p_opt, steps, h, i_lo, log_inv, rob, j0, start, n, want_lower
   def optimistic_window():
     lo_o = edge(p_opt, upper=False)[0]
     hi_o = edge(p_opt, upper=True, order=t_hi)[0]
-    lo_o = jnp.where(lo_o == jnp.inf, lo_p, lo_o)       # mass <= the budget in all
+    # +inf: no mass (K = -inf), any window serves. With mass present it can
+    # only come from a failed search (a first version of the bisection gave
+    # it, and the lower bound went above the exact value): the trivially
+    # certified edge 0 then, never the uncertified pessimistic one.
+    has_mass = lay.total(p_opt) > 0
+    lo_o = jnp.where(lo_o == jnp.inf, jnp.where(has_mass, 0.0, lo_p), lo_o)
     hi_o = jnp.where(jnp.isfinite(hi_o), hi_o, hi_p)
     return lo_o, jnp.maximum(hi_o, lo_o)
 

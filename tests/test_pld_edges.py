@@ -108,3 +108,35 @@ def test_edges_hold_the_tails_and_are_near_the_best_order(seed, kind, upper):
     else:
       best = max(best, 0.0)
       assert mean - e <= 1.08 * (mean - best) + 2.0, (n, kind, e, best, mean)
+
+
+def test_failed_lower_edge_search_falls_back_to_the_certified_zero(monkeypatch):
+  """Runtime guard: an optimistic PMF with mass whose lower-edge search
+  returns +inf (what an underflow in the search produced once) gets the
+  trivially certified edge (node 0 of the T-fold sum), never the
+  pessimistic PMF's uncertified one."""
+  from jaxdp import pld
+  real = ps._chernoff_edges
+
+  def broken(p, steps, h, lay, upper, order=None, log_inv=None):
+    e, o = real(p, steps, h, lay, upper, order=order, log_inv=log_inv)
+    return (e, o) if upper else (jnp.full_like(e, jnp.inf), o)
+
+  monkeypatch.setattr(ps, "_chernoff_edges", broken)
+  q, sigma, steps, h = 0.2, 0.8, 12, 0.02
+  i_lo, i_hi = pld._grid_range(np.array([q]), np.array([sigma]), np.array([float(steps)]),
+                               np.array([h]), True)
+  n = int(i_hi[0] - i_lo[0] + 1)
+  with jax.enable_x64(True):
+    rob, j0, start, n_rows = pld._pack(np.array([n]))
+    r_pad = len(start)
+    lo_arr = np.zeros(r_pad, np.int64)
+    lo_arr[0] = i_lo[0]
+    out = ps._edges.__wrapped__(   # the traced function, with the broken search
+        *(jnp.asarray(x) for x in ps._one_step(
+            np.full(r_pad, q), np.full(r_pad, sigma), np.full(r_pad, h), lo_arr, rob, j0,
+            start, n_rows, True, True)[::2]),
+        np.full(r_pad, float(steps)), np.full(r_pad, h), lo_arr, np.full(r_pad, 40.0),
+        rob, j0, start, n_rows, True)
+  a_o = float(np.asarray(out[2])[0])
+  assert a_o == steps * i_lo[0] - ps._EDGE_PAD
