@@ -324,8 +324,7 @@ def _rho_to_epsilon_kernel(rho, delta, method="improved"):
   rho, delta = _float(rho, delta)
   rho, delta = jnp.broadcast_arrays(rho, delta)
   log_inv_delta = jnp.maximum(-jnp.log(delta), 0.0)
-  eps = float(jnp.finfo(rho.dtype).eps)
-  bs = (rho + 2.0 * jnp.sqrt(rho * log_inv_delta)) * (1.0 + 4.0 * eps)   # rounded up
+  bs = _numerics.round_up(rho + 2.0 * jnp.sqrt(rho * log_inv_delta), 4)
   if method == "bun_steinke":
     return bs
   pos = rho > 0
@@ -401,7 +400,7 @@ def _rho_to_delta_kernel(rho, epsilon, method="improved"):
     best = jnp.exp(jnp.minimum(_golden_min(f, u0 - 12.0, u0 + 12.0), 0.0))
     best = jnp.where(finite_eps, best, 0.0)
     bs = jnp.minimum(bs, best)
-  d = jnp.where(pos, bs * (1.0 + 4.0 * eps), jnp.where(epsilon >= 0, 0.0, 1.0))   # exp rounded up
+  d = jnp.where(pos, _numerics.round_up(bs, 4), jnp.where(epsilon >= 0, 0.0, 1.0))   # exp rounded up
   return jnp.clip(d, 0.0, 1.0)
 
 

@@ -88,9 +88,9 @@ def advanced(epsilon, delta, k, delta_slack):
   log_inv = jnp.maximum(-jnp.log(delta_slack), 0.0)
   eps_total = (jnp.sqrt(2.0 * k * log_inv) * epsilon
                + 0.5 * k * epsilon * jnp.expm1(epsilon))
-  # A handful of roundings: inflate by 16 ulps so the bound is never below.
-  inflate = 1.0 + 16.0 * jnp.finfo(eps_total.dtype).eps
-  return eps_total * inflate, jnp.minimum((k * delta + delta_slack) * inflate, 1.0)
+  # A handful of roundings: rounded up by 16 ulps so the bound is never below.
+  return (_numerics.round_up(eps_total, 16),
+          jnp.minimum(_numerics.round_up(k * delta + delta_slack, 16), 1.0))
 
 
 @_dual
