@@ -1,0 +1,117 @@
+"""The host read-out of composed PLD windows (jaxdp/_pld_readout.py).
+
+``epsilon_on_window`` reads ε(δ) in two passes (δ at the first node of every
+block, then every node of the crossing block).  Checked here against two
+independent references on windows of every shape the kernel produces and
+beyond (lengths 1 to 40 000, grid intervals 1e-6 to 40, masses over 250
+orders of magnitude, atoms at +∞, per-node allowances, several targets):
+
+* brute force: δ(ε) of the discrete PMF summed directly with ``math.fsum``,
+  exact to ~1 ulp; the upper bound must satisfy δ(upper) <= target and the
+  lower bound δ(lower) >= target (both are then valid, whatever the code);
+* the full node pass (δ and S at every node from ``grid_deltas``, the
+  recursion tested in test_pld_regressions.py, then the last node above
+  the target): the two passes must find the same answer up to round-off.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from jaxdp import _pld_readout as R
+
+
+def _direct_delta(w, start, h, inf_mass, eps):
+  """δ(ε) = Σ_{ℓ_k > ε} w_k (1 - e^{ε - ℓ_k}) + p_∞, summed exactly (fsum)."""
+  loss = (start + np.arange(len(w))) * h
+  sel = loss > eps
+  return math.fsum((w[sel] * -np.expm1(eps - loss[sel])).tolist()) + inf_mass
+
+
+def _full_pass(w, start, h, inf_mass, targets, lower, per_node):
+  """The read-out before the two-pass search: every node's δ, then the last
+  node above each target (same allowances)."""
+  size = len(w)
+  d, s = R.grid_deltas(w, h)
+  infl = 64.0 * size * np.finfo(np.float64).eps
+  above = per_node * np.arange(size - 1, -1, -1, dtype=np.float64)
+  d = (d * (1.0 - infl) - above if lower else d * (1.0 + infl) + above) + inf_mass
+  out = []
+  for t in targets:
+    hit = np.flatnonzero(d > t)
+    if not len(hit):
+      out.append(-np.inf if lower else start * h)
+      continue
+    k = hit[-1]
+    x = math.log1p(max(d[k] - t, 0.0) / s[k]) if s[k] > 0 else h
+    e = (start + k) * h + min(max(x, 0.0), h)
+    out.append(e - 4 * 2.2e-16 * max(abs(e), 1) if lower else e + 4 * 2.2e-16 * max(abs(e), 1))
+  out = np.array(out)
+  return np.where(inf_mass > np.asarray(targets), np.inf, out)
+
+
+def _window(rng, n, kind):
+  if kind == "gauss":        # a composed PLD: a bump with far tails
+    x = np.linspace(-6, 6, n)
+    w = np.exp(-0.5 * x ** 2) + 1e-30 * rng.random(n)
+  elif kind == "spread":     # masses over 250 orders of magnitude
+    w = rng.random(n) * np.exp(rng.uniform(-570, 0, n))
+  else:                      # sparse atoms
+    w = np.where(rng.random(n) < 0.01, rng.random(n), 0.0)
+    w[-1] = 1e-3
+  return w / w.sum()
+
+
+CASES = [(n, h, kind) for n, h, kind in [
+    (1, 0.1, "gauss"), (2, 0.3, "gauss"), (255, 1e-3, "spread"), (256, 1e-3, "gauss"),
+    (257, 0.05, "sparse"), (1000, 1e-6, "gauss"), (1000, 2.0, "spread"), (3001, 40.0, "gauss"),
+    (5000, 3e-4, "sparse"), (12345, 3.6e-4, "gauss"), (40000, 1e-3, "gauss"),
+    (40000, 5e-5, "spread")]]
+
+
+@pytest.mark.parametrize("n,h,kind", CASES)
+@pytest.mark.parametrize("lower", [False, True])
+def test_two_pass_read_out_is_valid_and_matches_the_full_pass(n, h, kind, lower):
+  rng = np.random.default_rng(n + int(1e6 * h))
+  w = _window(rng, n, kind)
+  start = int(rng.integers(-n, 2))
+  for inf_mass, per_node in [(0.0, 0.0), (1e-9, 1e-22)]:
+    # Targets across the whole profile: the node values themselves
+    # (crossings exactly at nodes), points between them, the extremes.
+    d_full = np.array([_direct_delta(w, start, h, 0.0, (start + k) * h) for k in
+                       np.linspace(0, n - 1, min(n, 7)).astype(int)])
+    targets = np.concatenate([d_full[d_full > 0], d_full[d_full > 0] * 0.999,
+                              [1e-17, 1e-12, 1e-5, 0.3, 0.999]])
+    targets = targets[(targets > 0) & (targets < 1)]
+    got = R.epsilon_on_window(w if lower else np.maximum(w, 0), start, h, inf_mass, targets,
+                              lower=lower, per_node=per_node)
+    ref = _full_pass(w, start, h, inf_mass, targets, lower, per_node)
+    for g, r, t in zip(got, ref, targets):
+      if lower:
+        assert g == -np.inf or _direct_delta(w, start, h, inf_mass, g) >= t, (g, t)
+      elif np.isfinite(g):
+        assert _direct_delta(w, start, h, inf_mass, g) <= t, (g, t)
+      else:
+        assert inf_mass > t
+      # Same answer as the full pass up to the round-off of the sums: a few
+      # ulps of ε where δ is steep, up to ~1e-9 relative where it is flat
+      # (near δ = 1), compared in δ there.
+      if g != r and abs(g - r) > 64 * np.finfo(np.float64).eps * max(abs(r), 1.0):
+        assert np.isfinite(g) and np.isfinite(r), (g, r, t)
+        dg, dr = (_direct_delta(w, start, h, inf_mass, x) for x in (g, r))
+        assert abs(dg - dr) <= 1e-9 * t, (g, r, dg, dr, t)
+
+
+def test_noisy_optimistic_window_keeps_valid_lower_bounds():
+  """Optimistic windows carry FFT noise (tiny negative masses): δ is then
+  non-increasing only up to the noise, and the lower bound must still be
+  below the exact crossing of the noisy PMF's own δ."""
+  rng = np.random.default_rng(7)
+  n, h = 20000, 2e-4
+  w = _window(rng, n, "gauss") + rng.normal(0, 1e-17, n)
+  targets = np.array([1e-5, 1e-8, 1e-12])
+  got = R.epsilon_on_window(w, -n // 2, h, 0.0, targets, lower=True, per_node=4e-17)
+  for g, t in zip(got, targets):
+    assert np.isfinite(g)
+    assert _direct_delta(w, -n // 2, h, 0.0, g) >= t
