@@ -112,8 +112,9 @@ class _StepRows:
   :meth:`fetch` brings them to the host.
 
   Attributes (after fetch): pmfs: (pessimistic, optimistic) lists of 2R
-    arrays; inf: (2R,) +∞ masses; edges: (4, 2R) windows a_p, b_p, a_o, b_o;
-    n, i_lo: (2R,) one-step grid lengths and starts.
+    arrays (rows sharing a PMF share the array); inf: (2R,) +∞ masses;
+    edges: (4, 2R) windows a_p, b_p, a_o, b_o; n, i_lo: (2R,) one-step grid
+    lengths and starts.
   """
 
   def __init__(self, n, i_lo, staged):
@@ -123,18 +124,26 @@ class _StepRows:
     self.edges = np.zeros((4, len(n)))
 
   def fetch(self):
-    for sel, start, m, out in self._staged:
-      pp, inf_p, po, *win = (np.asarray(o) for o in out)
+    for sel, members, start, out in self._staged:
+      pp, inf_p, po = (np.asarray(o) for o in out[:3])
+      win = np.array([[np.asarray(x) for x in w] for w in out[3:]])   # (4, L, rows)
       for r, k in enumerate(sel):
-        self.pmfs[0][k] = pp[start[r]:start[r] + self.n[k]]
-        self.pmfs[1][k] = po[start[r]:start[r] + self.n[k]]
-      self.inf[sel] = inf_p[:m]
-      self.edges[:, sel] = np.stack(win)[:, :m]
+        p_k = pp[start[r]:start[r] + self.n[k]], po[start[r]:start[r] + self.n[k]]
+        for layer, row in enumerate(members[r]):
+          self.pmfs[0][row], self.pmfs[1][row] = p_k
+          self.inf[row] = inf_p[r]
+          self.edges[:, row] = win[:, layer, r]
     self._staged = []
 
 
 def _one_step_rows(q, sigma, steps, h, tail, want_lower):
   """Stage 1: dispatches the one-step kernels of every phase and direction.
+
+  Rows whose kernel inputs are equal (q, σ, h, direction and grid range:
+  configurations that differ in T alone, within one
+  :func:`jaxdp._pld_step._grid_steps`
+  bucket) share one PMF, built once; each row still gets the Chernoff
+  windows of its own step count and tail budget.
 
   Returns (:class:`_StepRows`, grow): grow (U,) > 1 flags configurations
   whose one-step grid alone exceeds ``_MAX_STEP_GRID`` (not built).
@@ -156,19 +165,31 @@ def _one_step_rows(q, sigma, steps, h, tail, want_lower):
   rem2 = np.repeat([True, False], len(qf))
   q2, s2, h2, t2, li2 = (np.tile(x, 2) for x in (qf, sf, hh_rows, tf, -np.log(tail_rows)))
   idx = np.nonzero(live_r)[0]
+  keys = np.stack([q2, s2, h2, rem2, i_lo2, n2], axis=1)[idx]
+  _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+  shared = [[] for _ in first]
+  for i, u in zip(idx, inverse.reshape(-1)):
+    shared[u].append(i)
+  pmf_rows = idx[first]
   staged = []
-  for part, nb_pad in _chunks(n2[idx]):
-    sel = idx[np.asarray(part)]
+  for part, nb_pad in _chunks(n2[pmf_rows]):
+    sel = pmf_rows[np.asarray(part)]
+    members = [shared[u] for u in np.asarray(part)]
     rob, j0, start, n_rows = _pack(n2[sel], nb_pad)
     r_pad, m = len(start), len(sel)
+    # Layer l holds each PMF's l-th row (its first where it has fewer).
+    layers = np.array([[g[min(l, len(g) - 1)] for g in members]
+                       for l in range(max(len(g) for g in members))])
 
-    def pad(x, fill, sel=sel, r_pad=r_pad, m=m):
-      return np.concatenate([x[sel], np.full(r_pad - m, fill, x.dtype)])
+    def pad(x, fill, rows=sel, r_pad=r_pad, m=m):
+      return np.concatenate([x[rows], np.full(r_pad - m, fill, x.dtype)], axis=-1)
 
-    staged.append((sel, start, m, _stage1(pad(q2, 0.5), pad(s2, 1.0), pad(h2, 1.0),
-                                          pad(i_lo2, 0), pad(t2, 1.0), pad(li2, 1.0),
-                                          rob, j0, start, n_rows, remove=pad(rem2, True),
-                                          want_lower=want_lower)))
+    staged.append((sel, members, start,
+                   _stage1(pad(q2, 0.5), pad(s2, 1.0), pad(h2, 1.0), pad(i_lo2, 0),
+                           np.stack([pad(t2, 1.0, rows=r) for r in layers]),
+                           np.stack([pad(li2, 1.0, rows=r) for r in layers]),
+                           rob, j0, start, n_rows, remove=pad(rem2, True),
+                           want_lower=want_lower)))
   return _StepRows(n2, i_lo2, staged), grow
 
 
@@ -239,8 +260,8 @@ def _compose_windows(directions, steps, n_ex, grow, want_lower):
     chunk = max(1, _MAX_ELEMS // (int(sz) * (n_ph + n_ex)))
     for sel, m in _row_batches(np.arange(len(group)), chunk, int(sz)):
       cells = [group[i] for i in sel]
-      # One program per (rows, FFT length): PMFs padded to the window (or,
-      # rarely, to a one-step grid longer than it).
+      # PMFs padded to the window (or, rarely, to a one-step grid longer
+      # than it, then folded onto the window's cycle on the host).
       width = max(int(sz), _pow2(max(max(int(directions[d]["n_cfg"][u].max()),
                                          int(directions[d]["ex_width"][u])) for d, u, _ in cells)))
       pp = np.zeros((len(cells), n_ph + n_ex, width))
@@ -259,6 +280,8 @@ def _compose_windows(directions, steps, n_ex, grow, want_lower):
         if dr["on"][k]:
           rows2 = (pp[r], scratch) if c == 0 else (scratch, pp[r])
           _pld_extra.place(dr["on"][k], n_ph, *rows2, lo_all[r], st_int[r])
+      if width > sz:   # fold onto the cycle here: one program per (rows, size)
+        pp = pp.reshape(len(cells), n_ph + n_ex, width // int(sz), int(sz)).sum(axis=2)
       composed = _compose_group(pp, st_int, size=int(sz), bits=power_bits(st_int))
       # Window node j of row r sits at entry (rot_r + j) mod size.
       rot = np.mod(win_start - np.sum(st_int * lo_all, axis=1), int(sz))

@@ -62,17 +62,33 @@ def _x_of_loss(loss, q, sigma):
   return jnp.where(ok, x, -jnp.inf)
 
 
+def _grid_steps(steps):
+  """Step counts rounded up to a power of 256 (1, 256, 65536, 2^24, ...): the
+  one-step grid's range depends on T only through this bucket, so
+  configurations that differ in T alone (a sweep over training length)
+  share their one-step PMFs (:func:`jaxdp._pld_run._one_step_rows`); the
+  grids grow by <= ~10% (the Gaussian quantile of tail/B against tail/T).
+  """
+  t = np.maximum(np.asarray(steps, np.float64), 1.0)
+  return np.exp2(8.0 * np.ceil(np.log2(t) / 8.0))
+
+
 def _grid_range(q, sigma, steps, h, remove, tail=_TAIL):
   """Host: integer loss-grid range [i_lo, i_hi] of one step (NumPy, vectorised).
 
-  The grid covers the x-range outside which each Gaussian has mass
-  ``tail / steps``; what lies beyond is booked exactly by the kernel (below:
-  rounded up to the lowest node; above: the infinity atom), so ``tail`` only
-  trades grid length for accuracy.
+  The grid covers the x-range outside which the direction's P-distribution
+  has mass ``tail / B`` per side, with B = :func:`_grid_steps` (>= steps);
+  what lies beyond is booked exactly by the kernel (below: rounded up to the
+  lowest node; above: the infinity atom), so ``tail`` only trades grid
+  length for accuracy.  The remove direction's P is the mixture
+  (1 - q) N(0, σ²) + q N(1, σ²): its top x_hi splits the budget between the
+  two components, q·Φ̄((x_hi - 1)/σ) <= τ/2 and (1 - q)·Φ̄(x_hi/σ) <= τ/2,
+  which for small q cuts the long, almost empty top of the grid (each
+  component's own τ-quantile there, before: ~20% more nodes at q = 0.004).
   """
   q = np.asarray(q, np.float64)
   sigma = np.asarray(sigma, np.float64)
-  tau = np.asarray(tail, np.float64) / np.maximum(steps, 1.0)
+  tau = np.asarray(tail, np.float64) / _grid_steps(steps)
   z = -_sps.ndtri(tau)
 
   def loss(x):
@@ -81,7 +97,10 @@ def _grid_range(q, sigma, steps, h, remove, tail=_TAIL):
 
   if remove:
     lo = loss(-sigma * z)
-    hi = loss(1.0 + sigma * z)
+    with np.errstate(divide="ignore"):
+      z1 = -_sps.ndtri(np.minimum(0.5 * tau / q, 0.5))          # q·Φ̄(z1) <= τ/2
+      z0 = -_sps.ndtri(np.minimum(0.5 * tau / (1.0 - q), 0.5))  # (1-q)·Φ̄(z0) <= τ/2
+    hi = loss(np.maximum(1.0 + sigma * z1, sigma * z0))
   else:
     lo = -loss(sigma * z)
     hi = -loss(-sigma * z)
@@ -530,10 +549,17 @@ def _stage1(q, sigma, h, i_lo, steps, log_inv, rob, j0, start, n, *, remove, wan
 
   Two compiled calls: fused into one, XLA's fusion of the PMF construction
   with the edge reductions measured ~1.5x slower.
+
+  ``steps`` and ``log_inv`` may be (L, rows): L compositions of every PMF
+  (rows whose PMFs are equal share one, :func:`jaxdp._pld_run._one_step_rows`),
+  each with its own windows; the four windows are then L-lists (stacked on
+  the host: a stack in XLA compiled a program per L and shape).
   """
   flags = (jnp.asarray(remove), jnp.asarray(want_lower))
   p_pess, inf_pess, p_opt = _one_step(q, sigma, h, i_lo, rob, j0, start, n, *flags)
-  windows = _edges(p_pess, p_opt, steps, h, i_lo, log_inv, rob, j0, start, n, flags[1])
+  layers = [_edges(p_pess, p_opt, st, h, i_lo, li, rob, j0, start, n, flags[1])
+            for st, li in zip(np.atleast_2d(steps), np.atleast_2d(log_inv))]
+  windows = layers[0] if np.ndim(steps) == 1 else tuple(zip(*layers))
   return (p_pess.reshape(-1), inf_pess, p_opt.reshape(-1)) + tuple(windows)
 
 

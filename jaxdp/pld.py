@@ -159,7 +159,8 @@ __all__ = [
 from jaxdp._pld_step import (  # noqa: F401  (re-exported for tests and tools)
     _BLK, _CHUNK_BLOCKS, _EDGE_PAD, _MAX_AUTO_H, _MAX_ELEMS, _MAX_FFT, _MAX_STEP_GRID,
     _MAX_WINDOW, _SQRT_HALF, _TAIL, _Rows, _chernoff_edges, _chunks, _edges, _grid_range,
-    _loss_of_x, _one_step, _optimistic, _pack, _pow2, _single_step, _stage1, _x_of_loss)
+    _grid_steps, _loss_of_x, _one_step, _optimistic, _pack, _pow2, _single_step, _stage1,
+    _x_of_loss)
 from jaxdp._pld_compose import _compose_group  # noqa: F401
 from jaxdp._pld_readout import grid_deltas as _grid_deltas  # noqa: F401
 from jaxdp._pld_run import _fft_size, _run_within_memory  # noqa: F401

@@ -378,6 +378,59 @@ def test_answer_does_not_depend_on_the_rest_of_the_batch():
   assert mixed[0] == alone
 
 
+def test_step_sweeps_share_one_step_pmfs_and_answer_as_alone(monkeypatch):
+  """Configurations that differ in T alone (within one grid bucket) share
+  their one-step PMFs (built once: 2 directions x 2 (q, σ) pairs here), and
+  each answer is bit for bit the one it gets alone."""
+  from jaxdp import _pld_run
+  q = np.array([0.01, 0.01, 0.01, 0.003, 0.003])
+  s = np.array([1.1, 1.1, 1.1, 0.9, 0.9])
+  t = np.array([300, 1000, 60000, 2000, 5000])
+  built = []
+  chunks = _pld_run._chunks
+  monkeypatch.setattr(_pld_run, "_chunks", lambda n: built.append(len(n)) or chunks(n))
+  lo, up = pld.epsilon(q, s, t, 1e-5, return_bounds=True)
+  assert built == [4]
+  for i in range(len(q)):
+    lo_i, up_i = pld.epsilon(q[i], s[i], t[i], 1e-5, return_bounds=True)
+    assert (lo[i], up[i]) == (lo_i, up_i)
+  d_all = pld.delta(q, s, t, 2.0)
+  assert all(d_all[i] == pld.delta(q[i], s[i], t[i], 2.0) for i in range(len(q)))
+
+
+@pytest.mark.parametrize("q", [1e-7, 1e-4, 0.004, 0.1, 0.5, 0.999, 1.0])
+@pytest.mark.parametrize("sigma", [0.05, 0.8, 3.0, 40.0])
+def test_one_step_grid_leaves_at_most_the_budget_outside(q, sigma):
+  """The one-step grid [i_lo·h, i_hi·h] leaves at most τ = tail / B of the
+  direction's P-mass below and above it per step (B = _grid_steps(T) >= T),
+  checked with mpmath Gaussian tails at the x's of the grid's end nodes."""
+  mp.mp.dps = 30
+  h, tail = 1e-3, 1e-9
+  for steps in [1, 700, 10 ** 5]:
+    tau = tail / float(pld._grid_steps(np.array([steps]))[0])
+    assert tau <= tail / steps
+    for remove in (True, False):
+      i_lo, i_hi = pld._grid_range(np.array([q]), np.array([sigma]), np.array([float(steps)]),
+                                   np.array([h]), remove, np.array([tail]))
+      lo, hi = mp.mpf(int(i_lo[0])) * h, mp.mpf(int(i_hi[0])) * h
+
+      def x_of(loss):   # remove-direction loss -> x (None: below log(1 - q))
+        d = mp.e ** loss - (1 - q)
+        return None if d <= 0 else sigma ** 2 * mp.log(d / q) + mp.mpf(1) / 2
+
+      sf = lambda x, mu: mp.ncdf(-(x - mu) / sigma)
+      if remove:   # P = (1-q) N(0) + q N(1); loss increasing in x
+        mix = lambda x: (1 - q) * sf(x, 0) + q * sf(x, 1)
+        x_lo, x_hi = x_of(lo), x_of(hi)
+        below = 0 if x_lo is None else 1 - mix(x_lo)
+        above = 0 if x_hi is None else mix(x_hi)
+      else:        # P = N(0); add loss -L(x) decreasing in x
+        x_top, x_bot = x_of(-hi), x_of(-lo)
+        above = 0 if x_top is None else 1 - sf(x_top, 0)
+        below = 0 if x_bot is None else sf(x_bot, 0)
+      assert below <= tau * (1 + 1e-9) and above <= tau * (1 + 1e-9), (remove, steps, below, above)
+
+
 @pytest.mark.parametrize("tail", [pld._TAIL, 1e-9])
 @pytest.mark.parametrize("q,sigma,steps,remove", [(0.2, 0.8, 12, True), (0.2, 0.8, 12, False),
                                                   (0.05, 1.5, 40, True), (1.0, 3.0, 5, False)])
