@@ -58,151 +58,160 @@ def grid_deltas(w, h):
   return d, s
 
 
-# Nodes per block of the coarse pass of :func:`epsilon_on_window` (at most
-# 16 loss units: see :func:`_local_sums`).
+# Nodes per block of the coarse pass of :func:`epsilon_on_windows`.
 _READ_BLOCK = 256
 
 
+def _read_block(h):
+  """Nodes per coarse block at grid interval h: ``_READ_BLOCK``, fewer where
+  that many nodes would span more than 16 loss units (:func:`_local_sums`)."""
+  return max(1, min(_READ_BLOCK, int(16.0 // h)))
+
+
 def _suffix_recursion(x, c):
-  """I_i = x_i + c·I_{i+1} (I past the end = 0) for x >= 0, 0 <= c <= 1:
-  sequentially in Python floats for short x (relative error <= 2·len(x)
-  ulps; NumPy's calls cost more there), else
-  :func:`jaxdp.pld_general.discounted_suffix_sums`."""
-  if len(x) > 1024:
-    return discounted_suffix_sums(x, c)
+  """I_i = x_i + c_r·I_{i+1} (I past the end = 0) along the rows of x (m, n),
+  for x >= 0 and 0 <= c <= 1 (m,): sequentially in Python floats where
+  m·n <= 2^14 (relative error <= 2n ulps; NumPy's calls cost more there),
+  else row by row with :func:`jaxdp.pld_general.discounted_suffix_sums`."""
+  if x.size > 2 ** 14:
+    return np.stack([discounted_suffix_sums(row, float(cr)) for row, cr in zip(x, c)])
   out = x.tolist()
-  acc = 0.0
-  for i in range(len(out) - 1, -1, -1):
-    acc = out[i] + c * acc
-    out[i] = acc
-  return np.array(out)
+  for row, cr in zip(out, c.tolist()):
+    acc = 0.0
+    for i in range(len(row) - 1, -1, -1):
+      acc = row[i] + cr * acc
+      row[i] = acc
+  return np.array(out).reshape(x.shape)
+
+
+def _revcumsum(x):
+  """Reverse cumulative sums along the last axis."""
+  return np.cumsum(x[..., ::-1], axis=-1)[..., ::-1]
 
 
 def _local_sums(w, h):
-  """(D, S, I) on a block ``w`` spanning at most 16 loss units:
-  I_j = Σ_{m>=j} w_m e^{-(m-j)h} = e^{jh} Σ_{m>=j} w_m e^{-mh} (one reverse
-  cumulative sum; the powers' arguments jh <= 16 round within 17 ulps),
-  S_j = e^{-h} I_{j+1} and D_j = Σ_{m>j} w_m (1 - e^{-(m-j)h}) =
+  """(D, S) on blocks w (..., b) that span at most 16 loss units (h: (...)
+  or a scalar): I_j = Σ_{m>=j} w_m e^{-(m-j)h} = e^{jh} Σ_{m>=j} w_m e^{-mh}
+  (one reverse cumulative sum; the powers' arguments jh <= 16 round within
+  17 ulps), S_j = e^{-h} I_{j+1} and D_j = Σ_{m>j} w_m (1 - e^{-(m-j)h}) =
   Σ_{i>j} (1 - e^{-h}) I_i (D_j - D_{j+1} = (1 - e^{-h}) I_{j+1}).  Every
-  term is non-negative for w >= 0: relative error <= (2·len(w) + 40) ulps."""
-  jh = np.arange(len(w)) * h
-  incl = np.cumsum((w * np.exp(-jh))[::-1])[::-1] * np.exp(jh)
-  nxt = _next(incl)
-  d = np.cumsum((-math.expm1(-h) * nxt)[::-1])[::-1]
-  return d, math.exp(-h) * nxt
+  term is non-negative for w >= 0: relative error <= (2b + 40) ulps."""
+  h = np.asarray(h, np.float64)[..., None]
+  jh = np.arange(w.shape[-1]) * h
+  incl = _revcumsum(w * np.exp(-jh)) * np.exp(jh)
+  nxt = np.concatenate([incl[..., 1:], np.zeros(incl.shape[:-1] + (1,))], axis=-1)
+  return _revcumsum(-np.expm1(-h) * nxt), np.exp(-h) * nxt
 
 
-def _block_values(w, h, b):
-  """Coarse pass of :func:`epsilon_on_window`: D and I at the first node of
-  every block of ``b`` nodes of ``w`` (the last one may be shorter).
-
-  With c = e^{-h}, a block starting at node k0 and the next at k1:
-  H = Σ_{block} w_m c^{m-k0} and A = Σ_{block} w_m (1 - c^{m-k0}) (one
-  matrix product with the two power vectors), then I_{k0} = H + c^{k1-k0}
-  I_{k1} (:func:`_suffix_recursion` over the blocks) and
-  D_{k0} = A + (1 - c^{k1-k0}) I_{k1} + D_{k1}, a reverse cumulative sum.
-  For w >= 0 every term is non-negative: relative error <= (b + 3·nb + 50)
-  ulps (b·h <= 16 keeps the powers' argument rounding within 17 ulps).
-
-  Returns:
-    (D, I): (nb,) arrays, D_k = Σ_{m>k} w_m (1 - c^{m-k}) and
-    I_k = Σ_{m>=k} w_m c^{m-k} at the blocks' first nodes.
-  """
-  n = w.shape[-1]
-  nb_full, rest = divmod(n, b)
-  powers = np.empty((b, 2))                                     # c^j, 1 - c^j
-  jh = np.arange(b) * -h
-  np.exp(jh, out=powers[:, 0])
-  np.expm1(jh, out=powers[:, 1])
-  powers[:, 1] *= -1.0
-  parts = [w[:nb_full * b].reshape(nb_full, b) @ powers]
-  if rest:
-    parts.append((w[nb_full * b:] @ powers[:rest])[None])
-  ha = np.concatenate(parts)                                    # (nb, 2): H, A
-  i_blk = _suffix_recursion(ha[:, 0], math.exp(-b * h))
-  tau = ha[:, 1] + -math.expm1(-b * h) * _next(i_blk)
-  return np.cumsum(tau[::-1])[::-1], i_blk
+def _last_true(x):
+  """Index of the last True along the last axis (-1 where none is)."""
+  n = x.shape[-1]
+  return np.where(x.any(axis=-1), n - 1 - np.argmax(x[..., ::-1], axis=-1), -1)
 
 
-def epsilon_on_window(w, start, h, inf_mass, targets, lower=False, per_node=0.0):
-  """Smallest ε with δ(ε) <= target, for each target (exact on the
-  piecewise-exponential δ of the discrete PMF).
+def epsilon_on_windows(w, length, start, h, inf_mass, targets, lower=False, per_node=0.0):
+  """Smallest ε with δ(ε) <= target, for each target of each of m windows
+  (exact on the piecewise-exponential δ of the discrete PMFs).
 
   The largest node k with δ(ε_k) > target is found on the node values D_k,
   S_k (as in :func:`grid_deltas`); on (ε_k, ε_k + h], δ(ε_k + x) = δ(ε_k) -
   (e^x - 1) S_k, so x = log1p((δ(ε_k) - target) / S_k).  For the upper bound
-  the node values are inflated by a relative ``64 · N · eps_machine``
-  (summation round-off: the two passes below stay within (3N + 110) ulps
-  for w >= 0) and the result nudged up; for the lower bound both go down.
+  the node values are inflated by a relative ``64 · N · eps_machine`` (N the
+  window's length; summation round-off: the two passes below stay within
+  (3N + 110) ulps for w >= 0) and the result nudged up; for the lower bound
+  both go down.
 
-  Two passes: δ at the first node of every block of ``_READ_BLOCK`` nodes
-  (:func:`_block_values`: one matrix product over the window, then work on
-  the blocks alone), then every node of the block where δ crosses the
-  target (:func:`_local_sums` on that block, plus the blocks above it:
-  D_k = D_local,k + D_{k1} + (1 - c^{k1-k}) I_{k1}, S_k = S_local,k +
-  c^{k1-k} I_{k1}).  The exact D is non-increasing, so nodes above a block
-  whose first node is at most the target are at most the target too (upper
-  bound: D at a node is inflated above the exact value, so it bounds every
-  node above it). For the lower bound any node whose lowered value exceeds
-  the target gives a valid bound (the exact δ there exceeds it too), so a
-  round-off bump of a higher node that the coarse pass skips costs at most
-  tightness.  (Before: D and S at every node, ~0.6 ms per window of 2·10^4
-  nodes against ~0.2 ms now, most of the host read-out's time.)
+  Two passes, every window at once.  First δ and I_k = Σ_{m>=k} w_m
+  e^{-(m-k)h} at the first node k0 of every block of b nodes: with the
+  next block at k1, H = Σ_{block} w_m c^{m-k0} and A = Σ_{block} w_m
+  (1 - c^{m-k0}) (c = e^{-h}; one batched matrix product with the power
+  vectors), I_{k0} = H + c^b I_{k1} (:func:`_suffix_recursion` over the
+  blocks) and D_{k0} = A + (1 - c^b) I_{k1} + D_{k1}.  Then every node of
+  the block where δ crosses each target (:func:`_local_sums`, plus the
+  blocks above it: D_k = D_local,k + D_{k1} + (1 - c^{k1-k}) I_{k1},
+  S_k = S_local,k + c^{k1-k} I_{k1}).  The exact D is non-increasing, so
+  nodes above a block whose first node is at most the target are at most
+  the target too (upper bound: D at a node is inflated above the exact
+  value, so it bounds every node above it). For the lower bound any node
+  whose lowered value exceeds the target gives a valid bound (the exact δ
+  there exceeds it too), so a round-off bump of a higher node that the
+  coarse pass skips costs at most tightness.  (Before: D and S at every
+  node, one window at a time: ~0.6 ms per window of 2·10^4 nodes.)
 
   Args:
-    w: (N,) composed PMF.  start: loss index of w[0].  h: grid interval.
-    inf_mass: mass at +∞.
-    targets: (K,) δ's.  lower: read the lower bound (optimistic PMF).
-    per_node: round-off allowance per node (>= 0): δ at a node is raised
-      (lower: lowered) by it times the number of nodes above that node, the
-      nodes whose masses enter its sum.
+    w: (m, L) composed PMFs, zero at and beyond each row's ``length``.
+    length: (m,) nodes of each window.  start: (m,) loss index of w[:, 0].
+    h: (m,) grid intervals.  inf_mass: (m,) masses at +∞.
+    targets: (m, K) δ's.  lower: read lower bounds (optimistic PMFs).
+    per_node: (m,) or scalar round-off allowance per node (>= 0): δ at a
+      node is raised (lower: lowered) by it times the number of nodes above
+      that node, the nodes whose masses enter its sum.
   Returns:
-    (K,) ε's: +∞ where ``inf_mass`` alone exceeds the target; the first
+    (m, K) ε's: +∞ where ``inf_mass`` alone exceeds the target; the first
     node (upper) or -∞ (lower) where δ at the first node is already <= the
     target; NaN where w is not finite (the guards then reject it).
   """
-  targets = np.asarray(targets, np.float64)
   w = np.asarray(w, np.float64)
-  size = w.shape[-1]
-  if not (np.all(np.isfinite(w)) and not np.isnan(inf_mass)):
-    return np.full(targets.shape, np.nan)
-  infl = 64.0 * size * _EPS
+  m, n_cols = w.shape
+  length, start = (np.asarray(a, np.int64) for a in (length, start))
+  h, inf_mass = (np.broadcast_to(np.asarray(a, np.float64), (m,)) for a in (h, inf_mass))
+  per_node = np.broadcast_to(np.asarray(per_node, np.float64), (m,))
+  targets = np.asarray(targets, np.float64).reshape(m, -1)
+  b = min(_read_block(x) for x in h)
+  nb = -(-n_cols // b)
+  if nb * b != n_cols:
+    w = np.concatenate([w, np.zeros((m, nb * b - n_cols))], axis=1)
+  x = w.reshape(m, nb, b)
+  sign = -1.0 if lower else 1.0
+  infl = 64.0 * length * _EPS
 
-  def adjust(d, node):   # the node values' allowances (node: index in w)
-    above = per_node * (size - 1 - node).astype(np.float64)
-    d = d * (1.0 - infl) - above if lower else d * (1.0 + infl) + above
-    return d + inf_mass
+  def adjust(d, node, shape):   # the node values' allowances; node: index in w
+    col = (m,) + (1,) * (len(shape) - 1)
+    above = per_node.reshape(col) * (length.reshape(col) - 1 - node)
+    return d * (1.0 + sign * infl.reshape(col)) + sign * above + inf_mass.reshape(col)
 
-  b = max(1, min(_READ_BLOCK, int(16.0 // h)))
-  d_raw, i_blk = _block_values(w, h, b)
-  first = np.arange(len(d_raw)) * b
-  d_blk = adjust(d_raw, first)
-  k = np.full(targets.shape, -1, np.int64)
-  dk = np.zeros(targets.shape)
-  sk = np.zeros(targets.shape)
-  # The last block whose first node is above each target (-1: none).
-  kb = np.array([np.max(np.flatnonzero(d_blk > t), initial=-1) for t in targets], np.int64)
-  for blk in np.unique(kb[kb >= 0]):
-    k0 = int(first[blk])
-    k1 = min(k0 + b, size)
-    d_up, i_up = (d_raw[blk + 1], i_blk[blk + 1]) if blk + 1 < len(d_raw) else (0.0, 0.0)
-    d_loc, s_loc = _local_sums(w[k0:k1], h)
-    gap = (k1 - np.arange(k0, k1)) * h
-    d = adjust(d_loc + d_up + -np.expm1(-gap) * i_up, np.arange(k0, k1))
-    s = s_loc + np.exp(-gap) * i_up
-    for i in np.flatnonzero(kb == blk):
-      hit = np.flatnonzero(d > targets[i])
-      j = int(hit[-1]) if len(hit) else 0
-      k[i], dk[i], sk[i] = k0 + j, d[j], s[j]
-  kk = np.maximum(k, 0)
+  # Coarse pass: D and I at every block's first node.
+  jh = np.arange(b) * -h[:, None]
+  ha = np.matmul(x, np.stack([np.exp(jh), -np.expm1(jh)], axis=-1))   # (m, nb, 2): H, A
+  i_blk = _suffix_recursion(ha[..., 0], np.exp(-b * h))
+  i_next = np.concatenate([i_blk[:, 1:], np.zeros((m, 1))], axis=1)
+  d_raw = _revcumsum(ha[..., 1] + -np.expm1(-b * h)[:, None] * i_next)
+  first = np.arange(nb) * b
+  d_blk = np.where(first < length[:, None], adjust(d_raw, first, (m, nb)), -np.inf)
+  kb = _last_true(np.swapaxes(d_blk[:, :, None] > targets[:, None, :], 1, 2))   # (m, K)
+  # Fine pass: every node of each target's block.
+  kbc = np.maximum(kb, 0)
+  rows = np.arange(m)[:, None]
+  up = np.minimum(kbc + 1, nb - 1)
+  has_up = kbc + 1 < nb
+  d_up = np.where(has_up, d_raw[rows, up], 0.0)[..., None]
+  i_up = np.where(has_up, i_blk[rows, up], 0.0)[..., None]
+  d_loc, s_loc = _local_sums(x[rows, kbc], h[:, None])                # (m, K, b)
+  gap = (b - np.arange(b)) * h[:, None, None]                         # k1 - k, in loss
+  node = kbc[..., None] * b + np.arange(b)
+  d = adjust(d_loc + d_up + -np.expm1(-gap) * i_up, node, node.shape)
+  s = s_loc + np.exp(-gap) * i_up
+  j = np.maximum(_last_true((d > targets[..., None]) & (node < length[:, None, None])), 0)
+  k = np.where(kb >= 0, kbc * b + j, -1)
+  dk = np.take_along_axis(d, j[..., None], axis=-1)[..., 0]
+  sk = np.take_along_axis(s, j[..., None], axis=-1)[..., 0]
+  hh = h[:, None]
   with np.errstate(divide="ignore", invalid="ignore"):
     ratio = (dk - targets) / np.where(sk > 0, sk, 1.0)
-    x = np.where(sk > 0, np.log1p(np.maximum(ratio, 0.0)), h)
-  eps = (start + kk) * h + np.clip(x, 0.0, h)
-  nudge = 4.0 * _EPS * np.maximum(np.abs(eps), 1.0)
-  eps = eps - nudge if lower else eps + nudge
-  eps = np.where(k < 0, -np.inf if lower else start * h, eps)
-  return np.where(inf_mass > targets, np.inf, eps)
+    x_in = np.where(sk > 0, np.log1p(np.maximum(ratio, 0.0)), hh)
+  eps = (start[:, None] + np.maximum(k, 0)) * hh + np.clip(x_in, 0.0, hh)
+  eps = eps + sign * 4.0 * _EPS * np.maximum(np.abs(eps), 1.0)
+  eps = np.where(k < 0, -np.inf if lower else (start * h)[:, None], eps)
+  eps = np.where(inf_mass[:, None] > targets, np.inf, eps)
+  bad = ~np.all(np.isfinite(w), axis=1) | np.isnan(inf_mass)
+  return np.where(bad[:, None], np.nan, eps)
+
+
+def epsilon_on_window(w, start, h, inf_mass, targets, lower=False, per_node=0.0):
+  """:func:`epsilon_on_windows` for one window ``w`` (N,) and targets (K,)."""
+  w = np.asarray(w, np.float64)
+  return epsilon_on_windows(w[None], [w.shape[-1]], [start], [h], [inf_mass],
+                            np.asarray(targets, np.float64)[None], lower, per_node)[0]
 
 
 def delta_on_window(w, start, h, inf_mass, eps, per_node=0.0):
@@ -244,12 +253,13 @@ def _cyclic_slice(row, rot, k0, k1):
 
 
 def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length, want_epsilon,
-           lower=False, rot=None):
+           lower=False, rot=None, rows=None):
   """Bounds of a group's queries from composed windows of one kind.
 
   Args:
-    w: (m, N) composed windows (NumPy), all pessimistic (upper bounds) or all
-      optimistic (``lower``); power_err, level: (m,) the composition's
+    w: (M, N) composed windows (NumPy; the m read are ``rows``), all
+      pessimistic (upper bounds) or all optimistic (``lower``);
+      power_err, level: (m,) the composition's
       round-off terms (:func:`jaxdp._pld_compose._compose_group`).
     start: (m,) window starts.  h, inf_mass: (m,).  queries: (m, K).
     wrap: (m,) the Chernoff mass that may have wrapped from below the window
@@ -260,6 +270,8 @@ def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length
     length: (m,) nodes of each certified window (<= N).
     rot: (m,) rotation of each cyclic row: window node j is ``w[r, (rot_r + j)
       mod N]`` (None: 0).
+    rows: (m,) the rows of ``w`` to read (None: all, in order): ``w`` may
+      hold more rows than are read, not copied.
     want_epsilon: queries are target δ's (else ε's).
     lower: read lower bounds from optimistic windows (else upper bounds
       from pessimistic ones; ``inf_mass`` applies to those).
@@ -289,25 +301,36 @@ def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length
   size = w.shape[-1]
   per_node = 4.0 * np.asarray(level) + np.asarray(power_err) / size
   rot = np.zeros(m, np.int64) if rot is None else np.asarray(rot)
+  rows = np.arange(m) if rows is None else np.asarray(rows)
+  start, length = np.asarray(start, np.int64), np.asarray(length, np.int64)
+  # The smallest ε read: 0 for ε queries (a negative ε is reported as 0),
+  # else the smallest queried ε; in node losses, less the PMF's shift.
+  least = np.zeros(m) if want_epsilon else np.min(queries, axis=1)
+  k0 = np.array([_read_range(start[r], h[r], length[r], least[r] - shift[r]) for r in range(m)],
+                np.int64)
   out = np.empty(queries.shape)
+  if want_epsilon:
+    # All windows of one coarse block length at once (padded with zeros).
+    blocks = np.array([_read_block(x) for x in h])
+    for b in np.unique(blocks):
+      sel = np.flatnonzero(blocks == b)
+      n_read = length[sel] - k0[sel]
+      win = np.zeros((len(sel), -(-int(n_read.max()) // b) * b))
+      for i, r in enumerate(sel):
+        win[i, :n_read[i]] = _cyclic_slice(w[rows[r]], rot[r], k0[r], length[r])
+      if not lower:
+        np.maximum(win, 0.0, out=win)
+      out[sel] = epsilon_on_windows(
+          win, n_read, start[sel] + k0[sel], h[sel], 0.0 if lower else inf_mass[sel],
+          queries[sel] + (wrap[sel, None] if lower else 0.0), lower=lower,
+          per_node=per_node[sel]) + shift[sel, None]
+    return out
   for r in range(m):
-    # The smallest ε read: 0 for ε queries (a negative ε is reported as 0),
-    # else the smallest queried ε; in node losses, less the PMF's shift.
-    least = 0.0 if want_epsilon else float(np.min(queries[r]))
-    k0 = _read_range(start[r], h[r], length[r], least - shift[r])
-    w_r = _cyclic_slice(w[r], rot[r], k0, length[r])
+    w_r = _cyclic_slice(w[rows[r]], rot[r], k0[r], length[r])
     if not lower:
-      w_p = np.maximum(w_r, 0.0)
-      if want_epsilon:
-        out[r] = epsilon_on_window(w_p, start[r] + k0, h[r], inf_mass[r], queries[r],
-                                   per_node=per_node[r]) + shift[r]
-      else:
-        out[r] = delta_on_window(w_p, start[r] + k0, h[r], inf_mass[r], queries[r] - shift[r],
-                                 per_node=per_node[r])
-    elif want_epsilon:
-      out[r] = epsilon_on_window(w_r, start[r] + k0, h[r], 0.0, queries[r] + wrap[r], lower=True,
-                                 per_node=per_node[r]) + shift[r]
+      out[r] = delta_on_window(np.maximum(w_r, 0.0), start[r] + k0[r], h[r], inf_mass[r],
+                               queries[r] - shift[r], per_node=per_node[r])
     else:
-      out[r] = delta_on_window(w_r, start[r] + k0, h[r], 0.0, queries[r] - shift[r],
+      out[r] = delta_on_window(w_r, start[r] + k0[r], h[r], 0.0, queries[r] - shift[r],
                                per_node=-per_node[r]) - wrap[r]
   return out

@@ -54,7 +54,8 @@ def _tail_budget(queries, want_epsilon, n_ph):
   return np.maximum(_TAIL, TAIL_FRACTION * least / n_ph)
 
 
-def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=True):
+def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=True,
+         while_waiting=None):
   """Composes U configurations (both directions) and answers (U, K) queries.
 
   Four stages: the one-step PMFs and Chernoff edges of every phase and
@@ -73,6 +74,9 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
     want_lower: False for upper bounds alone (``lower`` is then -inf): the
       optimistic PMFs are neither built nor composed; the pessimistic ones
       compose exactly as with lower bounds (same windows, same programs).
+    while_waiting: None, or a callable run on the host once the one-step
+      kernels are dispatched (the guards' one-step values: the host is idle
+      until they finish).
   Returns:
     (upper, lower, grow): (U, K) arrays, for want_epsilon the ε bounds for
     target δ's, otherwise the δ bounds for given ε's; and (U,) factors by
@@ -88,6 +92,8 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
   n_ex = max((len(e) for e in extra), default=0)
   tail = _tail_budget(queries, want_epsilon, n_ph)
   rows, grow = _one_step_rows(q, sigma, steps, h, tail, want_lower)
+  if while_waiting is not None:
+    while_waiting()
   # Other events on each configuration's grid (jaxdp._pld_extra), on the
   # host while the kernels above run.
   caches = [{} for _ in range(u_count)]
@@ -310,16 +316,16 @@ def _read_out(pending, directions, h, queries, want_epsilon):
 
       a_w, b_w = take("a")[:, c], take("b")[:, c]
       got = _pld_readout.answer(
-          composed[0][rows], composed[1][rows], composed[2][rows], a_w.astype(np.int64),
+          composed[0], composed[1][rows], composed[2][rows], a_w.astype(np.int64),
           h[cfg], take("inf_cfg"), queries[cfg], take("wrap_cfg"), take("shift")[:, c],
           (b_w - a_w + 1).astype(np.int64), want_epsilon=want_epsilon, lower=c == 1,
-          rot=rot[rows])
+          rot=rot[rows], rows=rows)
       np.maximum.at(out, cfg, got)
   return upper, lower
 
 
 def _run_within_memory(q, sigma, steps, h, queries, *, want_epsilon, automatic, extra=None,
-                       want_lower=True):
+                       want_lower=True, while_waiting=None):
   """:func:`_run` with the memory caps enforced for every input.
 
   Configurations whose grids would exceed the caps are recomputed with h
@@ -330,7 +336,7 @@ def _run_within_memory(q, sigma, steps, h, queries, *, want_epsilon, automatic, 
   h = np.asarray(h, np.float64).copy()
   q, sigma, steps = (np.asarray(a, np.float64).reshape(len(h), -1) for a in (q, sigma, steps))
   upper, lower, grow = _run(q, sigma, steps, h, queries, want_epsilon=want_epsilon, extra=extra,
-                            want_lower=want_lower)
+                            want_lower=want_lower, while_waiting=while_waiting)
   for _ in range(8):
     over = np.nonzero(grow > 1.0)[0]
     if not len(over):

@@ -259,15 +259,16 @@ def _prepare(q, sigma, steps, value, value_name, value_kw, value_discretization_
 
 
 def _scatter_bounds(trivial, cfg, inverse, slot, table, h, want_epsilon, automatic,
-                    want_lower=True):
+                    want_lower=True, while_waiting=None):
   """(upper, lower) for every query: 0 where trivial, else from the composed PLDs
-  (lower -inf there without ``want_lower``)."""
+  (lower -inf there without ``want_lower``); ``while_waiting``: host work
+  to run while XLA builds the one-step PMFs."""
   up = np.zeros(trivial.shape)
   lo = np.zeros(trivial.shape)
   if len(cfg):
     u, l = _run_within_memory(cfg[:, 0], cfg[:, 1], cfg[:, 2], h, table,
                               want_epsilon=want_epsilon, automatic=automatic,
-                              want_lower=want_lower)
+                              want_lower=want_lower, while_waiting=while_waiting)
     up[~trivial] = u[inverse, slot]
     lo[~trivial] = l[inverse, slot]
   return up, lo
@@ -372,9 +373,14 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
   value_name = "delta" if name == "epsilon" else "epsilon"
   shape, trivial, cfg, inverse, slot, table, h = _prepare(
       q, sigma, steps, value, value_name, checks, value_discretization_interval, rtol)
+  one_step = []
+
+  def while_waiting():   # the guards' one-step values, on the host while XLA runs
+    one_step.append(_one_step_values(name, q, sigma, value, shape))
+
   up, lo = _scatter_bounds(trivial, cfg, inverse, slot, table, h, want_epsilon=name == "epsilon",
                            automatic=value_discretization_interval is None,
-                           want_lower=want_lower)
+                           want_lower=want_lower, while_waiting=while_waiting)
   up = clip(up).reshape(shape)
   if name == "epsilon" and finite_fallback:   # +∞ at extreme inputs
     lo, up = _pld_fallback.finite_epsilon(
@@ -383,19 +389,28 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
   if name == "delta":
     from jaxdp import _api  # pylint: disable=g-import-not-at-top
     up = _api.delta_floor(up, q, steps, value)
-  return _guard(name, clip(lo).reshape(shape), up, q, sigma, steps, value, shape, full_rdp)
+  return _guard(name, clip(lo).reshape(shape), up, q, sigma, steps, value, shape, full_rdp,
+                one=one_step[0] if one_step else None)
 
 
-def _guard(name, lo, up, q, sigma, steps, value, shape, full_rdp=True):
+def _one_step_values(name, q, sigma, value, shape):
+  """The exact one-step ε (or δ) that the guards compare with (a lower bound
+  on the composed one), of the broadcast ``shape``."""
+  q, sigma, value = (np.broadcast_to(np.asarray(a, np.float64), shape) for a in (q, sigma, value))
+  if name == "epsilon":
+    return _guards.one_step_epsilon(q, sigma, value)
+  return _guards.one_step_delta(q, sigma, value)
+
+
+def _guard(name, lo, up, q, sigma, steps, value, shape, full_rdp=True, one=None):
   """Runtime soundness guards (:mod:`jaxdp._guards`) on a tight answer;
-  returns ``(lower, upper, rdp_upper)``."""
+  returns ``(lower, upper, rdp_upper)``.  ``one``: the one-step values of
+  :func:`_one_step_values` if already computed."""
+  if one is None:
+    one = _one_step_values(name, q, sigma, value, shape)
   q, sigma, steps, value = (np.broadcast_to(np.asarray(a, np.float64), shape)
                             for a in (q, sigma, steps, value))
   composed = (np.round(steps) >= 1) & (q > 0)
-  if name == "epsilon":
-    one = _guards.one_step_epsilon(q, sigma, value)
-  else:
-    one = _guards.one_step_delta(q, sigma, value)
   flat = [a.reshape(-1) for a in (q, sigma, steps, value)]
   with num.x64():
     if full_rdp:

@@ -115,3 +115,31 @@ def test_noisy_optimistic_window_keeps_valid_lower_bounds():
   for g, t in zip(got, targets):
     assert np.isfinite(g)
     assert _direct_delta(w, -n // 2, h, 0.0, g) >= t
+
+
+def test_windows_read_together_as_alone():
+  """A batch of windows of different lengths, grid intervals (one of them
+  coarse enough for shorter blocks), allowances and targets, zero-padded to
+  one width, reads as each window alone (to a few ulps: the batch's block
+  length is its shortest, which changes the order of the sums)."""
+  rng = np.random.default_rng(3)
+  cases = [(n, h) for n, h in [(1, 0.1), (700, 3e-4), (5000, 1e-3), (12345, 2e-4), (300, 0.2)]]
+  width = max(n for n, _ in cases) + 17
+  win = np.zeros((len(cases), width))
+  for i, (n, h) in enumerate(cases):
+    win[i, :n] = _window(rng, n, "gauss")
+  length = np.array([n for n, _ in cases])
+  start = rng.integers(-5000, 10, len(cases))
+  h = np.array([h for _, h in cases])
+  inf_mass = np.array([0.0, 1e-12, 0.0, 1e-9, 0.0])
+  per_node = np.array([0.0, 1e-20, 1e-22, 0.0, 1e-25])
+  targets = np.exp(rng.uniform(np.log(1e-14), np.log(0.5), (len(cases), 3)))
+  for lower in (False, True):
+    got = R.epsilon_on_windows(win, length, start, h, inf_mass, targets, lower, per_node)
+    for i, n in enumerate(length):
+      alone = R.epsilon_on_window(win[i, :n], start[i], h[i], inf_mass[i], targets[i], lower,
+                                  per_node[i])
+      fin = np.isfinite(alone)
+      np.testing.assert_array_equal(got[i][~fin], alone[~fin])
+      assert np.all(np.abs(got[i][fin] - alone[fin]) <= 16 * 2.3e-16 * np.maximum(
+          np.abs(alone[fin]), 1.0))
