@@ -68,11 +68,17 @@ def _read_block(h):
   return max(1, min(_READ_BLOCK, int(16.0 // h)))
 
 
-def _suffix_recursion(x, c):
+def _suffix_recursion(x, g):
   """I_i = x_i + c_r·I_{i+1} (I past the end = 0) along the rows of x (m, n),
-  for x >= 0 and 0 <= c <= 1 (m,): sequentially in Python floats where
-  m·n <= 2^14 (relative error <= 2n ulps; NumPy's calls cost more there),
-  else row by row with :func:`jaxdp.pld_general.discounted_suffix_sums`."""
+  for x >= 0 and c = e^{-g}, g >= 0 (m,).  Where every row spans n·g <= 16
+  (a DP-SGD window: ~80 blocks, 6 loss units), in closed form as in
+  :func:`_local_sums` (relative error <= (n + 40) ulps); else sequentially
+  in Python floats where m·n <= 2^14 (<= 2n ulps; NumPy's calls cost more
+  there), else row by row with :func:`jaxdp.pld_general.discounted_suffix_sums`."""
+  if np.all(g * x.shape[-1] <= 16.0):
+    jg = np.arange(x.shape[-1]) * g[:, None]
+    return _revcumsum(x * np.exp(-jg)) * np.exp(jg)
+  c = np.exp(-g)
   if x.size > 2 ** 14:
     return np.stack([discounted_suffix_sums(row, float(cr)) for row, cr in zip(x, c)])
   out = x.tolist()
@@ -173,7 +179,7 @@ def epsilon_on_windows(w, length, start, h, inf_mass, targets, lower=False, per_
   # Coarse pass: D and I at every block's first node.
   jh = np.arange(b) * -h[:, None]
   ha = np.matmul(x, np.stack([np.exp(jh), -np.expm1(jh)], axis=-1))   # (m, nb, 2): H, A
-  i_blk = _suffix_recursion(ha[..., 0], np.exp(-b * h))
+  i_blk = _suffix_recursion(ha[..., 0], b * h)   # (m, nb)
   i_next = np.concatenate([i_blk[:, 1:], np.zeros((m, 1))], axis=1)
   d_raw = _revcumsum(ha[..., 1] + -np.expm1(-b * h)[:, None] * i_next)
   first = np.arange(nb) * b
