@@ -279,12 +279,20 @@ def _layout(lengths, nb_pad=None):
 
 # Rows shorter than a block, exactly one block, spanning several blocks.
 LENGTHS = [3, pld._BLK, 2 * pld._BLK + 7, 1, pld._BLK - 1, 5 * pld._BLK + 300]
+LONG_LENGTHS = [3, 20 * pld._BLK + 5, 7 * pld._BLK, 17 * pld._BLK + 1]   # 47 blocks
 
 
-def test_packed_segmented_sums_match_loops():
+# Layouts for the multi-level scans (jaxdp._pld_step._levels): one group of
+# 16 blocks; rows crossing group boundaries (3 and 4 groups, the production
+# chunks have 16); a block count that is not a multiple of 16.
+LAYOUTS = [(LENGTHS, None), (LONG_LENGTHS, 48), (LONG_LENGTHS, 64), (LENGTHS, 40)]
+
+
+@pytest.mark.parametrize("lengths,nb_pad", LAYOUTS)
+def test_packed_segmented_sums_match_loops(lengths, nb_pad):
   import jax
   with jax.enable_x64(True):
-    lay, start = _layout(LENGTHS)
+    lay, start = _layout(lengths, nb_pad)
     rng = np.random.default_rng(1)
     # Magnitudes over 200 decades: a global cumsum minus row offsets would
     # lose the small ones; the per-row sums must keep relative precision.
@@ -294,7 +302,7 @@ def test_packed_segmented_sums_match_loops():
                                                    lay.total(x)))
   flat = x.reshape(-1)
   okf = ok.reshape(-1)
-  for r, n in enumerate(LENGTHS):
+  for r, n in enumerate(lengths):
     seg = flat[start[r]:start[r] + n]
     pad = flat[start[r] + n:start[r] + -(-n // pld._BLK) * pld._BLK]  # filler of the row
     ref_c = np.cumsum(seg)
@@ -320,11 +328,12 @@ def test_packed_neighbour_shifts_follow_the_flat_order(lengths):
   np.testing.assert_array_equal(prv, np.insert(flat[:-1], 0, 0.0))
 
 
+@pytest.mark.parametrize("lengths,nb_pad", LAYOUTS)
 @pytest.mark.parametrize("filler", [np.inf, 0.0])
-def test_packed_minplus_scans_match_loops(filler):
+def test_packed_minplus_scans_match_loops(filler, lengths, nb_pad):
   import jax
   with jax.enable_x64(True):
-    lay, start = _layout(LENGTHS)
+    lay, start = _layout(lengths, nb_pad)
     rng = np.random.default_rng(2)
     shape = lay.j.shape
     valid = np.asarray(lay.j < lay.row(lay.n))
@@ -333,7 +342,7 @@ def test_packed_minplus_scans_match_loops(filler):
     w = np.where(valid, rng.uniform(0.0, 1e-3, shape), 0.0)
     fwd, bwd = (np.asarray(v).reshape(-1) for v in lay.scan_pair(cap, w, cap, w))
   capf, wf = cap.reshape(-1), w.reshape(-1)
-  for r, n in enumerate(LENGTHS):
+  for r, n in enumerate(lengths):
     s0 = start[r]
     end = s0 + -(-n // pld._BLK) * pld._BLK  # the row owns its filler
     y, ref = np.inf, []
