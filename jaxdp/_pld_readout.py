@@ -68,26 +68,32 @@ def _read_block(h):
   return max(1, min(_READ_BLOCK, int(16.0 // h)))
 
 
-def _suffix_recursion(x, g):
-  """I_i = x_i + c_r·I_{i+1} (I past the end = 0) along the rows of x (m, n),
-  for x >= 0 and c = e^{-g}, g >= 0 (m,).  Where every row spans n·g <= 16
-  (a DP-SGD window: ~80 blocks, 6 loss units), in closed form as in
-  :func:`_local_sums` (relative error <= (n + 40) ulps); else sequentially
-  in Python floats where m·n <= 2^14 (<= 2n ulps; NumPy's calls cost more
-  there), else row by row with :func:`jaxdp.pld_general.discounted_suffix_sums`."""
-  if np.all(g * x.shape[-1] <= 16.0):
-    jg = np.arange(x.shape[-1]) * g[:, None]
-    return _revcumsum(x * np.exp(-jg)) * np.exp(jg)
-  c = np.exp(-g)
-  if x.size > 2 ** 14:
-    return np.stack([discounted_suffix_sums(row, float(cr)) for row, cr in zip(x, c)])
-  out = x.tolist()
-  for row, cr in zip(out, c.tolist()):
-    acc = 0.0
-    for i in range(len(row) - 1, -1, -1):
-      acc = row[i] + cr * acc
-      row[i] = acc
-  return np.array(out).reshape(x.shape)
+def _suffix_recursion(x, g, n):
+  """I_i = x_i + c_r·I_{i+1} (I past the end = 0) along the rows of x (m, N),
+  for x >= 0 and c = e^{-g}, g >= 0 (m,); row r's entries at i >= n_r are
+  zero (padding).  Each row's method depends on that row alone (so that a
+  window reads the same whatever else is read with it: upper bounds alone
+  and full evaluations agree bit for bit): where n_r·g_r <= 16 (a DP-SGD
+  window: ~80 blocks, 6 loss units) in closed form as in :func:`_local_sums`
+  (relative error <= (n + 40) ulps); else sequentially in Python floats for
+  n_r <= 1024 (<= 2n ulps), else with
+  :func:`jaxdp.pld_general.discounted_suffix_sums`."""
+  closed = g * n <= 16.0
+  # Past a row's n_r the exponent is held (its entries are zero there).
+  jg = np.minimum(np.arange(x.shape[-1])[None, :], n[:, None]) * g[:, None]
+  out = _revcumsum(x * np.exp(-jg)) * np.exp(np.where(closed[:, None], jg, 0.0))
+  for r in np.flatnonzero(~closed):
+    row, c = x[r, :n[r]], math.exp(-g[r])
+    if n[r] > 1024:
+      out[r, :n[r]] = discounted_suffix_sums(row, c)
+    else:
+      vals, acc = row.tolist(), 0.0
+      for i in range(len(vals) - 1, -1, -1):
+        acc = vals[i] + c * acc
+        vals[i] = acc
+      out[r, :n[r]] = vals
+    out[r, n[r]:] = 0.0
+  return out
 
 
 def _revcumsum(x):
@@ -115,6 +121,29 @@ def _last_true(x):
   return np.where(x.any(axis=-1), n - 1 - np.argmax(x[..., ::-1], axis=-1), -1)
 
 
+def _coarse(x, h, length):
+  """Coarse pass of :func:`epsilon_on_windows`: D and I at the first node of
+  every block of x (m, nb, b) (zero at and beyond each row's ``length``).
+
+  Each row's values depend on that row alone, bit for bit (not on the
+  other rows or the padding: upper bounds alone and full evaluations read
+  different batches and must agree exactly).  Hence H and A by NumPy's
+  per-row pairwise sums rather than a matrix product, whose BLAS results
+  depend on the operands' shapes, and a per-row choice of method in
+  :func:`_suffix_recursion`.
+
+  Returns:
+    (D, I): (m, nb) arrays.
+  """
+  m, _, b = x.shape
+  jh = np.arange(b) * -h[:, None, None]
+  h_sum = np.sum(x * np.exp(jh), axis=-1)                     # (m, nb)
+  a_sum = np.sum(x * -np.expm1(jh), axis=-1)
+  i_blk = _suffix_recursion(h_sum, b * h, -(-length // b))
+  i_next = np.concatenate([i_blk[:, 1:], np.zeros((m, 1))], axis=1)
+  return _revcumsum(a_sum + -np.expm1(-b * h)[:, None] * i_next), i_blk
+
+
 def epsilon_on_windows(w, length, start, h, inf_mass, targets, lower=False, per_node=0.0):
   """Smallest ε with δ(ε) <= target, for each target of each of m windows
   (exact on the piecewise-exponential δ of the discrete PMFs).
@@ -130,8 +159,8 @@ def epsilon_on_windows(w, length, start, h, inf_mass, targets, lower=False, per_
   Two passes, every window at once.  First δ and I_k = Σ_{m>=k} w_m
   e^{-(m-k)h} at the first node k0 of every block of b nodes: with the
   next block at k1, H = Σ_{block} w_m c^{m-k0} and A = Σ_{block} w_m
-  (1 - c^{m-k0}) (c = e^{-h}; one batched matrix product with the power
-  vectors), I_{k0} = H + c^b I_{k1} (:func:`_suffix_recursion` over the
+  (1 - c^{m-k0}) (c = e^{-h}; products with the power vectors, summed
+  per block), I_{k0} = H + c^b I_{k1} (:func:`_suffix_recursion` over the
   blocks) and D_{k0} = A + (1 - c^b) I_{k1} + D_{k1}.  Then every node of
   the block where δ crosses each target (:func:`_local_sums`, plus the
   blocks above it: D_k = D_local,k + D_{k1} + (1 - c^{k1-k}) I_{k1},
@@ -176,12 +205,7 @@ def epsilon_on_windows(w, length, start, h, inf_mass, targets, lower=False, per_
     above = per_node.reshape(col) * (length.reshape(col) - 1 - node)
     return d * (1.0 + sign * infl.reshape(col)) + sign * above + inf_mass.reshape(col)
 
-  # Coarse pass: D and I at every block's first node.
-  jh = np.arange(b) * -h[:, None]
-  ha = np.matmul(x, np.stack([np.exp(jh), -np.expm1(jh)], axis=-1))   # (m, nb, 2): H, A
-  i_blk = _suffix_recursion(ha[..., 0], b * h)   # (m, nb)
-  i_next = np.concatenate([i_blk[:, 1:], np.zeros((m, 1))], axis=1)
-  d_raw = _revcumsum(ha[..., 1] + -np.expm1(-b * h)[:, None] * i_next)
+  d_raw, i_blk = _coarse(x, h, length)
   first = np.arange(nb) * b
   d_blk = np.where(first < length[:, None], adjust(d_raw, first, (m, nb)), -np.inf)
   kb = _last_true(np.swapaxes(d_blk[:, :, None] > targets[:, None, :], 1, 2))   # (m, K)

@@ -270,7 +270,10 @@ def _compose_windows(directions, steps, n_ex, grow, want_lower):
       # than it, then folded onto the window's cycle on the host).
       width = max(int(sz), _pow2(max(max(int(directions[d]["n_cfg"][u].max()),
                                          int(directions[d]["ex_width"][u])) for d, u, _ in cells)))
-      pp = np.zeros((len(cells), n_ph + n_ex, width))
+      # Every entry is written once below (np.zeros then a copy wrote the
+      # PMF entries twice: ~1/3 of this loop's time).
+      pp = np.empty((len(cells), n_ph + n_ex, width))
+      pp[:, n_ph:] = 0.0
       scratch = np.zeros((n_ph + n_ex, width))   # the other kind's rows of other events
       lo_all = np.zeros((len(cells), n_ph + n_ex), np.int64)
       st_int = np.zeros((len(cells), n_ph + n_ex), np.int64)   # count 0: padding
@@ -283,6 +286,7 @@ def _compose_windows(directions, steps, n_ex, grow, want_lower):
         for ph in range(n_ph):
           row = k * n_ph + ph
           pp[r, ph, :dr["n"][row]] = dr["pmfs"][c][row]
+          pp[r, ph, dr["n"][row]:] = 0.0
         if dr["on"][k]:
           rows2 = (pp[r], scratch) if c == 0 else (scratch, pp[r])
           _pld_extra.place(dr["on"][k], n_ph, *rows2, lo_all[r], st_int[r])

@@ -143,3 +143,76 @@ def test_windows_read_together_as_alone():
       np.testing.assert_array_equal(got[i][~fin], alone[~fin])
       assert np.all(np.abs(got[i][fin] - alone[fin]) <= 16 * 2.3e-16 * np.maximum(
           np.abs(alone[fin]), 1.0))
+
+
+def test_a_window_reads_the_same_whatever_is_read_with_it():
+  """Bit for bit: a window's bounds do not depend on the other windows of
+  the batch (their number, lengths and the padding they force). Upper
+  bounds alone and full evaluations read different batches of windows and
+  must agree exactly (tests/test_pld_upper_only.py)."""
+  rng = np.random.default_rng(11)
+  lens = [20000, 700, 33000, 5, 12000, 257]
+  wins = [_window(rng, n, kind) for n, kind in zip(lens, ["spread", "gauss", "gauss", "sparse",
+                                                          "spread", "gauss"])]
+  # (the 33 000-node window spans 33 loss units: its block sums take another
+  # method than the others', which must not change theirs)
+  h = np.array([3e-4, 2e-4, 1e-3, 3e-4, 5e-5, 1e-3])
+  targets = np.array([[1e-5, 1e-9]] * len(lens))
+
+  def read(sel, extra_width=0):
+    width = max(lens[i] for i in sel) + extra_width
+    win = np.zeros((len(sel), width))
+    for r, i in enumerate(sel):
+      win[r, :lens[i]] = wins[i]
+    return {i: R.epsilon_on_windows(win, [lens[i] for i in sel], [-lens[i] // 3 for i in sel],
+                                    h[sel], 1e-12, targets[sel], lower, 1e-21)[r]
+            for r, i in enumerate(sel)}
+
+  # The coarse pass's block values themselves (an ulp there moves ε only
+  # now and then), at the batch's block length.
+  b = 256
+
+  def coarse(sel, extra_width=0):
+    nb = -(-(max(lens[i] for i in sel) + extra_width) // b)
+    x = np.zeros((len(sel), nb * b))
+    for r, i in enumerate(sel):
+      x[r, :lens[i]] = wins[i]
+    d, i_blk = R._coarse(x.reshape(len(sel), nb, b), h[sel], np.array([lens[i] for i in sel]))
+    return {i: (d[r, :-(-lens[i] // b)], i_blk[r, :-(-lens[i] // b)]) for r, i in enumerate(sel)}
+
+  single = {i: coarse([i])[i] for i in range(len(lens))}
+  for sel, extra in [([0, 1, 2, 3, 4, 5], 0), ([2, 0], 999), ([5, 3, 1], 40000), ([4, 0, 2], 3)]:
+    for i, (d, i_blk) in coarse(sel, extra).items():
+      np.testing.assert_array_equal(d, single[i][0])
+      np.testing.assert_array_equal(i_blk, single[i][1])
+  for lower in (False, True):
+    alone = {i: read([i])[i] for i in range(len(lens))}
+    for sel, extra in [([0, 1, 2, 3, 4, 5], 0), ([2, 0], 999), ([5, 3, 1], 40000), ([4, 0, 2], 3)]:
+      for i, got in read(sel, extra).items():
+        np.testing.assert_array_equal(got, alone[i])
+
+
+def test_block_sums_do_not_depend_on_the_batch_shape():
+  """The coarse pass's per-block sums, on adversarial data (magnitudes over
+  30 decades), are bit for bit the same whatever the number of windows and
+  blocks in the batch (a BLAS matrix product need not be: on slices of one
+  batch it differed by an ulp in ~1/3 of such comparisons)."""
+  rng = np.random.default_rng(5)
+  b = 256
+  for nb in [3, 40, 79, 200]:
+    x = rng.random((8, nb, b)) * 10.0 ** rng.uniform(-30, 0, (8, nb, b))
+    h = np.full(8, 1e-4) * rng.uniform(1, 3, 8)
+    full = R._coarse(x, h, np.full(8, nb * b))
+    for m, nb2 in [(3, nb // 2 + 1), (8, 1), (5, nb)]:
+      sub = R._coarse(np.ascontiguousarray(x[:m, :nb2]), h[:m], np.full(m, nb2 * b))
+      for r in range(m):   # each row of the batch as that row alone
+        alone = R._coarse(np.ascontiguousarray(x[r:r + 1, :nb2]), h[r:r + 1], np.array([nb2 * b]))
+        np.testing.assert_array_equal(sub[0][r], alone[0][0])
+        np.testing.assert_array_equal(sub[1][r], alone[1][0])
+    padded = np.concatenate([x, np.zeros((8, 9, b))], axis=1)
+    got = R._coarse(padded, h, np.full(8, nb * b))
+    np.testing.assert_array_equal(got[0][:, :nb], full[0])
+    np.testing.assert_array_equal(got[1][:, :nb], full[1])
+    one = R._coarse(x[2:3], h[2:3], np.full(1, nb * b))
+    np.testing.assert_array_equal(one[0][0], full[0][2])
+    np.testing.assert_array_equal(one[1][0], full[1][2])
