@@ -192,6 +192,9 @@ def epsilon_on_windows(w, length, start, h, inf_mass, targets, lower=False, per_
   h, inf_mass = (np.broadcast_to(np.asarray(a, np.float64), (m,)) for a in (h, inf_mass))
   per_node = np.broadcast_to(np.asarray(per_node, np.float64), (m,))
   targets = np.asarray(targets, np.float64).reshape(m, -1)
+  bad = ~np.all(np.isfinite(w), axis=1) | np.isnan(inf_mass)
+  if np.any(bad):   # answered NaN below (the guards then reject it)
+    w = np.where(bad[:, None], 0.0, w)
   b = min(_read_block(x) for x in h)
   nb = -(-n_cols // b)
   if nb * b != n_cols:
@@ -233,7 +236,6 @@ def epsilon_on_windows(w, length, start, h, inf_mass, targets, lower=False, per_
   eps = eps + sign * 4.0 * _EPS * np.maximum(np.abs(eps), 1.0)
   eps = np.where(k < 0, -np.inf if lower else (start * h)[:, None], eps)
   eps = np.where(inf_mass[:, None] > targets, np.inf, eps)
-  bad = ~np.all(np.isfinite(w), axis=1) | np.isnan(inf_mass)
   return np.where(bad[:, None], np.nan, eps)
 
 

@@ -146,10 +146,9 @@ def _one_step_rows(q, sigma, steps, h, tail, want_lower):
   """Stage 1: dispatches the one-step kernels of every phase and direction.
 
   Rows whose kernel inputs are equal (q, σ, h, direction and grid range:
-  configurations that differ in T alone, within one
-  :func:`jaxdp._pld_step._grid_steps`
-  bucket) share one PMF, built once; each row still gets the Chernoff
-  windows of its own step count and tail budget.
+  configurations that differ in T alone, within one bucket of
+  :func:`jaxdp._pld_step._grid_steps`) share one PMF, built once; each row
+  still gets the Chernoff windows of its own step count and tail budget.
 
   Returns (:class:`_StepRows`, grow): grow (U,) > 1 flags configurations
   whose one-step grid alone exceeds ``_MAX_STEP_GRID`` (not built).

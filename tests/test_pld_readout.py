@@ -216,3 +216,12 @@ def test_block_sums_do_not_depend_on_the_batch_shape():
     one = R._coarse(x[2:3], h[2:3], np.full(1, nb * b))
     np.testing.assert_array_equal(one[0][0], full[0][2])
     np.testing.assert_array_equal(one[1][0], full[1][2])
+
+
+def test_a_non_finite_window_reads_nan_and_leaves_the_others_alone():
+  rng = np.random.default_rng(2)
+  win = np.stack([_window(rng, 3000, "gauss") for _ in range(3)])
+  alone = R.epsilon_on_windows(win[:1], [3000], [-1000], [2e-4], [0.0], [[1e-5]])
+  win[1, 17], win[2, 2999] = np.nan, np.inf
+  got = R.epsilon_on_windows(win, [3000] * 3, [-1000] * 3, [2e-4] * 3, [0.0] * 3, [[1e-5]] * 3)
+  assert got[0, 0] == alone[0, 0] and np.isnan(got[1:]).all()
