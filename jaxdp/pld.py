@@ -33,8 +33,9 @@ dominates the mechanism (its profile is the chord interpolation of the true
 profile in e^ε, which lies above the convex true profile); the error is
 second order in h, instead of the first-order shift of plain rounding up.  Mass
 below the grid is rounded up to the lowest grid point and mass above the grid
-(a per-step tail of at most ``τ/T``, τ the truncation budget below) goes to
-the infinity atom.
+(a per-step tail of at most ``τ/B`` <= ``τ/T``, τ the truncation budget below,
+B = T rounded up to a power of 256, so that configurations differing in T
+alone share their one-step PMFs) goes to the infinity atom.
 
 *Optimistic* (certified lower bound on δ).  A valid pair Z on the same nodes
 whose privacy profile D(u) (u = e^ε) lies below the true profile δ(u) for
@@ -103,10 +104,12 @@ upper ε +5e-6 to +1.8e-5 relative on DP-SGD configurations), while the rare
 large losses of small-q configurations no longer set the window (one-step
 grids 2.3x and most composition windows 2x shorter on the benchmark batch).
 
-Implementation: the one-step grids of all configurations, phases and one
-direction are packed back to back into blocks of ``_BLK`` nodes (no padding
-to the longest grid), processed in calls of 2**17 nodes; per-grid sums and
-min-plus scans run blockwise with restarts at grid boundaries (:class:`_Rows`).
+Implementation: the distinct one-step grids of all configurations, phases and
+both directions are packed back to back into blocks of ``_BLK`` nodes (no
+padding to the longest grid), processed in calls of 2**17 nodes; per-grid sums
+and min-plus scans run blockwise with restarts at grid boundaries
+(:class:`_Rows`).  ε(δ) is read on the host in two passes, block values and
+then the crossing block's nodes (:func:`jaxdp._pld_readout.epsilon_on_windows`).
 
 Grid size (``value_discretization_interval=None``)
 ----------------------------------------------------
