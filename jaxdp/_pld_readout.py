@@ -75,23 +75,14 @@ def _suffix_recursion(x, g, n):
   window reads the same whatever else is read with it: upper bounds alone
   and full evaluations agree bit for bit): where n_r·g_r <= 16 (a DP-SGD
   window: ~80 blocks, 6 loss units) in closed form as in :func:`_local_sums`
-  (relative error <= (n + 40) ulps); else sequentially in Python floats for
-  n_r <= 1024 (<= 2n ulps), else with
-  :func:`jaxdp.pld_general.discounted_suffix_sums`."""
+  (relative error <= (n + 40) ulps), else with
+  :func:`jaxdp.pld_general.discounted_suffix_sums` (a few dozen ulps)."""
   closed = g * n <= 16.0
   # Past a row's n_r the exponent is held (its entries are zero there).
   jg = np.minimum(np.arange(x.shape[-1])[None, :], n[:, None]) * g[:, None]
   out = _revcumsum(x * np.exp(-jg)) * np.exp(np.where(closed[:, None], jg, 0.0))
   for r in np.flatnonzero(~closed):
-    row, c = x[r, :n[r]], math.exp(-g[r])
-    if n[r] > 1024:
-      out[r, :n[r]] = discounted_suffix_sums(row, c)
-    else:
-      vals, acc = row.tolist(), 0.0
-      for i in range(len(vals) - 1, -1, -1):
-        acc = vals[i] + c * acc
-        vals[i] = acc
-      out[r, :n[r]] = vals
+    out[r, :n[r]] = discounted_suffix_sums(x[r, :n[r]], math.exp(-g[r]))
     out[r, n[r]:] = 0.0
   return out
 
