@@ -30,34 +30,6 @@ from jaxdp.pld_general import discounted_suffix_sums
 _EPS = float(np.finfo(np.float64).eps)
 
 
-def _next(x):
-  """x shifted one node down: x_{k+1}, 0 at the top."""
-  return np.append(x[1:], 0.0)
-
-
-def grid_deltas(w, h):
-  """(D, S) on the window nodes of one composed PMF ``w`` (1-D).
-
-  D_k = Σ_{m>k} w_m (1 - e^{-(m-k)h}) is δ at node k without the infinity
-  atom and S_k = Σ_{m>k} w_m e^{-(m-k)h}.  Since D_k - D_{k+1} =
-  (1 - e^{-h})(w_{k+1} + S_{k+1}), D is a reverse cumulative sum of
-  non-negative terms when w >= 0 (no cancellation), and S comes from the
-  blocked first-order recursion :func:`jaxdp.pld_general.discounted_suffix_sums`
-  (relative error a few dozen ulps for any length and any h; every power is
-  <= 1, so nothing overflows however many loss units the window spans).
-
-  Args:
-    w: (N,) composed masses.  h: grid interval (> 0).
-  Returns:
-    (D, S): float64 arrays of shape (N,).
-  """
-  w = np.asarray(w, np.float64)
-  s = math.exp(-h) * _next(discounted_suffix_sums(w, math.exp(-h)))
-  t = -math.expm1(-h) * (_next(w) + _next(s))   # finite for every h
-  d = np.cumsum(t[::-1])[::-1]
-  return d, s
-
-
 # Nodes per block of the coarse pass of :func:`epsilon_on_windows`.
 _READ_BLOCK = 256
 
@@ -139,9 +111,10 @@ def epsilon_on_windows(w, length, start, h, inf_mass, targets, lower=False, per_
   """Smallest ε with δ(ε) <= target, for each target of each of m windows
   (exact on the piecewise-exponential δ of the discrete PMFs).
 
-  The largest node k with δ(ε_k) > target is found on the node values D_k,
-  S_k (as in :func:`grid_deltas`); on (ε_k, ε_k + h], δ(ε_k + x) = δ(ε_k) -
-  (e^x - 1) S_k, so x = log1p((δ(ε_k) - target) / S_k).  For the upper bound
+  The largest node k with δ(ε_k) > target is found on the node values
+  D_k = Σ_{m>k} w_m (1 - e^{-(m-k)h}) (δ at node k without the infinity
+  atom) and S_k = Σ_{m>k} w_m e^{-(m-k)h}; on (ε_k, ε_k + h], δ(ε_k + x) =
+  δ(ε_k) - (e^x - 1) S_k, so x = log1p((δ(ε_k) - target) / S_k).  For the upper bound
   the node values are inflated by a relative ``64 · N · eps_machine`` (N the
   window's length; summation round-off: the two passes below stay within
   (3N + 110) ulps for w >= 0) and the result nudged up; for the lower bound

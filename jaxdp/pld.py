@@ -165,7 +165,6 @@ from jaxdp._pld_step import (  # noqa: F401  (re-exported for tests and tools)
     _grid_steps, _loss_of_x, _one_step, _optimistic, _pack, _pow2, _single_step, _stage1,
     _x_of_loss)
 from jaxdp._pld_compose import _compose_group  # noqa: F401
-from jaxdp._pld_readout import grid_deltas as _grid_deltas  # noqa: F401
 from jaxdp._pld_run import _fft_size, _run_within_memory  # noqa: F401
 
 # --------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The host read-out of composed PLD windows (jaxdp/_pld_readout.py).
 
-``epsilon_on_window`` reads ε(δ) in two passes (δ at the first node of every
+``epsilon_on_windows`` reads ε(δ) in two passes (δ at the first node of every
 block, then every node of the crossing block).  Checked here against two
 independent references on windows of every shape the kernel produces and
 beyond (lengths 1 to 40 000, grid intervals 1e-6 to 40, masses over 250
@@ -9,8 +9,8 @@ orders of magnitude, atoms at +∞, per-node allowances, several targets):
 * brute force: δ(ε) of the discrete PMF summed directly with ``math.fsum``,
   exact to ~1 ulp; the upper bound must satisfy δ(upper) <= target and the
   lower bound δ(lower) >= target (both are then valid, whatever the code);
-* the full node pass (δ and S at every node from ``grid_deltas``, the
-  recursion tested in test_pld_regressions.py, then the last node above
+* the full node pass (δ and S at every node from ``_full_node_values``, the
+  read-out's previous algorithm, tested below, then the last node above
   the target): the two passes must find the same answer up to round-off.
 """
 
@@ -29,11 +29,26 @@ def _direct_delta(w, start, h, inf_mass, eps):
   return math.fsum((w[sel] * -np.expm1(eps - loss[sel])).tolist()) + inf_mass
 
 
+def _full_node_values(w, h):
+  """(D, S) at every node of one window w (1-D): D_k = Σ_{m>k} w_m (1 -
+  e^{-(m-k)h}) and S_k = Σ_{m>k} w_m e^{-(m-k)h}, by the recursion
+  D_k - D_{k+1} = (1 - e^{-h})(w_{k+1} + S_{k+1}) with S from the blocked
+  suffix sums of jaxdp.pld_general (the read-out's previous algorithm, kept
+  here as a reference; checked below against direct sums and the plain
+  recursion)."""
+  from jaxdp.pld_general import discounted_suffix_sums
+  w = np.asarray(w, np.float64)
+  nxt = lambda x: np.append(x[1:], 0.0)  # noqa: E731
+  s = math.exp(-h) * nxt(discounted_suffix_sums(w, math.exp(-h)))
+  d = np.cumsum((-math.expm1(-h) * (nxt(w) + nxt(s)))[::-1])[::-1]
+  return d, s
+
+
 def _full_pass(w, start, h, inf_mass, targets, lower, per_node):
   """The read-out before the two-pass search: every node's δ, then the last
   node above each target (same allowances)."""
   size = len(w)
-  d, s = R.grid_deltas(w, h)
+  d, s = _full_node_values(w, h)
   infl = 64.0 * size * np.finfo(np.float64).eps
   above = per_node * np.arange(size - 1, -1, -1, dtype=np.float64)
   d = (d * (1.0 - infl) - above if lower else d * (1.0 + infl) + above) + inf_mass
@@ -225,3 +240,44 @@ def test_a_non_finite_window_reads_nan_and_leaves_the_others_alone():
   win[1, 17], win[2, 2999] = np.nan, np.inf
   got = R.epsilon_on_windows(win, [3000] * 3, [-1000] * 3, [2e-4] * 3, [0.0] * 3, [[1e-5]] * 3)
   assert got[0, 0] == alone[0, 0] and np.isnan(got[1:]).all()
+
+
+def _direct_grid_deltas(w, h):
+  n = len(w)
+  d = np.array([np.sum(w[k + 1:] * -np.expm1(-(np.arange(k + 1, n) - k) * h)) for k in range(n)])
+  s = np.array([np.sum(w[k + 1:] * np.exp(-(np.arange(k + 1, n) - k) * h)) for k in range(n)])
+  return d, s
+
+
+@pytest.mark.parametrize("n,h", [(9, 0.3), (3000, 0.5), (4000, 2.0)])
+def test_full_node_values_match_direct_sums_on_wide_windows(n, h):
+  """Windows spanning 1500-8000 loss units (the old code overflowed past ~1400)."""
+  rng = np.random.default_rng(n)
+  w = rng.random(n) ** 6
+  w /= w.sum()
+  d, s = _full_node_values(w, h)
+  d_ref, s_ref = _direct_grid_deltas(w, h)
+  assert np.all(np.isfinite(d)) and np.all(np.isfinite(s))
+  np.testing.assert_allclose(d, d_ref, rtol=1e-12, atol=1e-300)
+  np.testing.assert_allclose(s, s_ref, rtol=1e-12, atol=1e-300)
+
+
+@pytest.mark.parametrize("n", [1, 5, 32, 33, 1000, 4096, 2 ** 15 + 7])
+def test_window_read_out_matches_the_recursion(n):
+  """The reference's (D, S) (blocked suffix sums) equal the backward
+  recursions S_k = c (w_{k+1} + S_{k+1}) and D_k = D_{k+1} + (1 - c)(w_{k+1} +
+  S_{k+1}), for tiny and huge grid intervals (c = e^{-h} down to underflow)
+  and weights over 20 orders of magnitude."""
+  rng = np.random.default_rng(n)
+  w = rng.exponential(size=n) * np.exp(rng.uniform(-50, 0, n))
+  for h in [1e-6, 1e-3, 0.3, 5.0, 800.0]:
+    c = math.exp(-h)
+    d, s = _full_node_values(w, h)
+    s_ref, d_ref, acc_s, acc_d = np.zeros(n), np.zeros(n), 0.0, 0.0
+    for k in range(n - 2, -1, -1):
+      acc_d += -math.expm1(-h) * (w[k + 1] + acc_s)
+      acc_s = c * (w[k + 1] + acc_s)
+      s_ref[k], d_ref[k] = acc_s, acc_d
+    assert np.all(np.isfinite(s)) and np.all(np.isfinite(d))
+    assert np.max(np.abs(s - s_ref) / np.maximum(s_ref, 1e-300)) < 1e-12, h
+    assert np.max(np.abs(d - d_ref) / np.maximum(d_ref, 1e-300)) < 1e-12, h

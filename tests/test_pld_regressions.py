@@ -4,14 +4,15 @@ The randomized soundness harness over the whole legal domain is
 tests/test_harness.py; this file pins the individual causes that were found:
 
 * the ε search referred every loss to one middle point and overflowed ``exp``
-  on windows wider than ~700 loss units (ε reported as T·log(1/(1-q)));
+  on windows wider than ~700 loss units (ε reported as T·log(1/(1-q))):
+  pinned in tests/test_pld_readout.py (windows of up to 1.2·10^5 loss units
+  against direct sums);
 * the grid alignment with -log(1-q) shrank h below the memory floor (grids of
   10^8 points, out-of-memory in calibration);
 * ``exp(ε)`` of node losses above 709 made the pessimistic PMF NaN (σ < 0.026);
 * optimistic rows that lost mass truncated the shared composition window.
 """
 
-import math
 import warnings
 
 import numpy as np
@@ -21,26 +22,6 @@ import jaxdp
 from jaxdp import _guards
 from jaxdp import pld
 from reference import ref_sampled_gaussian_delta
-
-
-def _direct_grid_deltas(w, h):
-  n = len(w)
-  d = np.array([np.sum(w[k + 1:] * -np.expm1(-(np.arange(k + 1, n) - k) * h)) for k in range(n)])
-  s = np.array([np.sum(w[k + 1:] * np.exp(-(np.arange(k + 1, n) - k) * h)) for k in range(n)])
-  return d, s
-
-
-@pytest.mark.parametrize("n,h", [(9, 0.3), (3000, 0.5), (4000, 2.0)])
-def test_grid_deltas_match_direct_sums_on_wide_windows(n, h):
-  """Windows spanning 1500-8000 loss units (the old code overflowed past ~1400)."""
-  rng = np.random.default_rng(n)
-  w = rng.random(n) ** 6
-  w /= w.sum()
-  d, s = pld._grid_deltas(w, h)  # pylint: disable=protected-access
-  d_ref, s_ref = _direct_grid_deltas(w, h)
-  assert np.all(np.isfinite(d)) and np.all(np.isfinite(s))
-  np.testing.assert_allclose(d, d_ref, rtol=1e-12, atol=1e-300)
-  np.testing.assert_allclose(s, s_ref, rtol=1e-12, atol=1e-300)
 
 
 def _one_step_delta_mpmath(q, sigma, eps):
@@ -239,28 +220,6 @@ def test_delta_below_the_normal_range_is_not_reported_as_zero():
   assert lo <= up and up >= exact
   assert float(jaxdp.delta(0.0, 1.0, 5, 1.0)) == 0.0        # truly zero stays zero
   assert float(jaxdp.delta(0.5, 1.0, 0, 1.0)) == 0.0
-
-
-@pytest.mark.parametrize("n", [1, 5, 32, 33, 1000, 4096, 2 ** 15 + 7])
-def test_window_read_out_matches_the_recursion(n):
-  """The host read-out's (D, S) (blocked suffix sums) equal the backward
-  recursions S_k = c (w_{k+1} + S_{k+1}) and D_k = D_{k+1} + (1 - c)(w_{k+1} +
-  S_{k+1}), for tiny and huge grid intervals (c = e^{-h} down to underflow)
-  and weights over 20 orders of magnitude."""
-  from jaxdp import _pld_readout
-  rng = np.random.default_rng(n)
-  w = rng.exponential(size=n) * np.exp(rng.uniform(-50, 0, n))
-  for h in [1e-6, 1e-3, 0.3, 5.0, 800.0]:
-    c = math.exp(-h)
-    d, s = _pld_readout.grid_deltas(w, h)
-    s_ref, d_ref, acc_s, acc_d = np.zeros(n), np.zeros(n), 0.0, 0.0
-    for k in range(n - 2, -1, -1):
-      acc_d += -math.expm1(-h) * (w[k + 1] + acc_s)
-      acc_s = c * (w[k + 1] + acc_s)
-      s_ref[k], d_ref[k] = acc_s, acc_d
-    assert np.all(np.isfinite(s)) and np.all(np.isfinite(d))
-    assert np.max(np.abs(s - s_ref) / np.maximum(s_ref, 1e-300)) < 1e-12, h
-    assert np.max(np.abs(d - d_ref) / np.maximum(d_ref, 1e-300)) < 1e-12, h
 
 
 def test_fallback_runs_where_the_interval_is_infinite_or_wide(monkeypatch):
