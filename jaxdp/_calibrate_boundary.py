@@ -272,6 +272,40 @@ def _from_x(kind, x):
   return np.where(x <= xmin, 1.0, np.exp(-x))
 
 
+def _zero_boundary(kind, accountant, delta, a, b, orders_checked, rtol):
+  """Target ε = 0 (feasible with δ > 0 for σ large or q small enough).
+
+  ε(x) jumps to 0 at the boundary (the conversion's ε_α + log(1 - 1/α) -
+  (log δ + log α)/(α - 1) reaches 0 only for large orders, or the KL branch
+  switches on), so the secant solvers, which work on log ε, do not apply:
+  every ε = 0 row, whatever batch it arrives in, takes the probe search of
+  :func:`_small_boundary` on feasibility alone (ε <= 0 by
+  :func:`jaxdp.epsilon`'s RDP path), a search whose probes do not depend on
+  the other rows. Under the PLD accountant the answer is that RDP boundary,
+  checked (and stepped up if needed) by ``jaxdp.epsilon(accountant="pld")``
+  itself: the discretised PLD does not certify ε = 0 exactly (its ε keeps a
+  grid step, e.g. 1.3e-5 at δ = 1e-5, q = 0.01, T = 1000, σ = 20000), while
+  the public PLD value is the smaller of the PLD and RDP bounds, so the tight
+  answer is never above the RDP one. Returns (value, unreachable).
+  """
+  zero = np.zeros(delta.shape[0])
+  value, unreachable = _small_boundary(kind, zero, delta, a, b, orders_checked, rtol)
+  if accountant == "pld":
+    from jaxdp import _api  # pylint: disable=g-import-not-at-top
+
+    def public_pld(q, s, t_steps, d):
+      return np.asarray(_api.epsilon(q, s, t_steps, d, accountant="pld"), np.float64).reshape(-1)
+
+    ok = ~unreachable
+    e = np.full(value.shape, np.inf)
+    if ok.any():
+      qs_ = (a[ok], value[ok]) if kind == "sigma" else (value[ok], a[ok])
+      e[ok] = public_pld(*qs_, b[ok], delta[ok])
+    value = _make_feasible(kind, "pld", value, e, zero, delta, a, b, orders_checked,
+                           skip=unreachable, check=public_pld)
+  return value, unreachable
+
+
 def _small_boundary(kind, target, delta, a, b, orders_checked, rtol):
   """A few targets (one question from the command line): rounds of 16 probes
   per target through :func:`jaxdp.epsilon` itself (:mod:`jaxdp._grid_search`),
@@ -432,8 +466,14 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
   return value, unreachable
 
 
-def _make_feasible(kind, acc, value, e_full, target, delta, a, b, orders_checked, skip):
-  """Steps σ up (q down) until the public ε meets the target; never overspends."""
+def _make_feasible(kind, acc, value, e_full, target, delta, a, b, orders_checked, skip,
+                   check=None):
+  """Steps σ up (q down) until the public ε meets the target; never overspends.
+
+  ``check(q, σ, steps, δ)``: the ε that decides (default: :func:`_check_epsilon`
+  of ``acc``)."""
+  if check is None:
+    check = lambda q, s, t, d: _check_epsilon(acc, q, s, t, d, orders_checked)
   value = value.copy()
   bad = (e_full > target) & ~skip
   for j in range(_BUMPS):
@@ -443,10 +483,10 @@ def _make_feasible(kind, acc, value, e_full, target, delta, a, b, orders_checked
     factor = 2.0**-44 * 4.0**j
     if kind == "sigma":
       value[idx] = value[idx] * (1.0 + factor)
-      e = _check_epsilon(acc, a[idx], value[idx], b[idx], delta[idx], orders_checked)
+      e = check(a[idx], value[idx], b[idx], delta[idx])
     else:
       value[idx] = value[idx] * max(0.0, 1.0 - factor)
-      e = _check_epsilon(acc, value[idx], a[idx], b[idx], delta[idx], orders_checked)
+      e = check(value[idx], a[idx], b[idx], delta[idx])
     bad[idx] = e > target[idx]
   # Unreachable in practice; never return something that overspends.
   value[bad] = np.inf if kind == "sigma" else 0.0
@@ -511,8 +551,28 @@ def _pld_boundary(kind, target, delta, a, b, rtol):
 
 
 def _boundary(kind, accountant, target, delta, a, b, orders_checked, orders, rtol):
-  """σ or q at the ε boundary by the chosen accountant, in float64 (scoped)."""
+  """σ or q at the ε boundary by the chosen accountant, in float64 (scoped).
+
+  Rows with target ε = 0 take :func:`_zero_boundary` (the same search alone
+  or in any batch), the others the accountant's solver.
+  """
   with nx.x64():
-    if accountant == "rdp":
-      return _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol)
-    return _pld_boundary(kind, target, delta, a, b, rtol)
+    zero = target == 0
+    if not zero.any():
+      return _solve_positive(kind, accountant, target, delta, a, b, orders_checked, orders, rtol)
+    value = np.empty(target.shape)
+    unreachable = np.zeros(target.shape, bool)
+    pos, z = np.nonzero(~zero)[0], np.nonzero(zero)[0]
+    if pos.size:
+      value[pos], unreachable[pos] = _solve_positive(
+          kind, accountant, target[pos], delta[pos], a[pos], b[pos], orders_checked, orders,
+          rtol)
+    value[z], unreachable[z] = _zero_boundary(kind, accountant, delta[z], a[z], b[z],
+                                              orders_checked, rtol)
+    return value, unreachable
+
+
+def _solve_positive(kind, accountant, target, delta, a, b, orders_checked, orders, rtol):
+  if accountant == "rdp":
+    return _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol)
+  return _pld_boundary(kind, target, delta, a, b, rtol)

@@ -270,6 +270,37 @@ def _describe(values: np.ndarray, mask: np.ndarray):
   return values[mask][0]
 
 
+#: Whole-number arguments (steps, counts, sizes) must lie within ±2**53: every
+#: whole number up to it is exact in float64, the type the accountants compute in.
+MAX_EXACT_INTEGER = 2**53
+
+
+def _check_exact_integer(name: str, value: Any) -> None:
+  """Refuses whole numbers beyond ±2**53 before any conversion to float64
+  (which would round 2**53 + 1 to 2**53 silently)."""
+  try:
+    raw = np.asarray(value)
+  except (TypeError, ValueError, OverflowError):
+    return  # reported by check_array's own conversion
+  if raw.dtype.kind in "iu":
+    bad = (raw > MAX_EXACT_INTEGER) | (raw < -MAX_EXACT_INTEGER)
+  elif raw.dtype.kind == "f":
+    bad = np.isfinite(raw) & (np.abs(raw) > MAX_EXACT_INTEGER)
+  elif raw.dtype == object:
+    flat = [abs(v) > MAX_EXACT_INTEGER if isinstance(v, (int, np.integer, float, np.floating))
+            and not isinstance(v, bool) and v == v and abs(v) != float("inf") else False
+            for v in raw.reshape(-1)]
+    bad = np.asarray(flat, bool).reshape(raw.shape)
+  else:
+    return
+  if np.any(bad):
+    found = raw[()] if raw.ndim == 0 else raw[bad][0]
+    found = found.item() if isinstance(found, np.generic) else found
+    raise ValueError(f"{name} must be a whole number of magnitude at most 2**53 = "
+                     f"{MAX_EXACT_INTEGER} (larger ones are not exact in float64); found "
+                     f"{found!r}{_first_bad(np.asarray(bad))}.")
+
+
 def check_array(
     name: str,
     value: Any,
@@ -289,10 +320,14 @@ def check_array(
   Raises:
     ValueError: naming ``name``, the offending value and, for arrays, the
       index of the first bad element, when the value is NaN, infinite (unless
-      ``allow_inf``), outside the interval, or not an integer when required.
+      ``allow_inf``), outside the interval, or not an integer when required
+      (whole numbers must also lie within ±2**53, :data:`MAX_EXACT_INTEGER`;
+      Python and NumPy integers are compared exactly).
   """
   if not is_concrete(value):
     return value
+  if integer:
+    _check_exact_integer(name, value)
   try:
     arr = np.asarray(value, dtype=np.float64)
   except (TypeError, ValueError) as e:

@@ -47,6 +47,7 @@ Wang (ICML 2018, Thm 8) for :data:`analytic_gaussian`.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import NamedTuple
 
@@ -74,6 +75,7 @@ __all__ = [
     "DPSGDPlan",
     "SIGMA_RANGE",
     "MIN_SAMPLING_RATE",
+    "MAX_STEPS",
 ]
 
 #: σ is searched in this range: σ = SIGMA_RANGE[0] is returned when it already
@@ -82,7 +84,11 @@ SIGMA_RANGE = _calibrate_boundary.SIGMA_RANGE
 #: Smallest sampling rate searched; below it ``sampling_rate`` returns 0.
 MIN_SAMPLING_RATE = _calibrate_boundary.MIN_SAMPLING_RATE
 
-_MAX_STEPS = 2.0**53   # steps beyond this are reported as inf
+#: The largest number of steps jaxdp accepts, 2**53 (every whole number up to it
+#: is exact in float64; larger step counts are refused with a ValueError).
+#: :func:`steps` returns it where every number of steps fits.
+MAX_STEPS = 2**53
+_MAX_STEPS = float(MAX_STEPS)
 
 
 # --------------------------------------------------------------------------
@@ -283,8 +289,36 @@ def _int_boundary(feasible, guess):
     lo[sel] = np.where(ok, probe, l)
     hi[sel] = np.where(ok, h, probe)
     step[sel] *= 2.0
-  lo = np.maximum(lo, 0.0)
-  return np.where(lo >= _MAX_STEPS, np.inf, lo)
+  return np.clip(lo, 0.0, _MAX_STEPS)
+
+
+def _as_steps(t):
+  """Step counts as int64: whole floats in [0, 2**53] exactly, inf as MAX_STEPS."""
+  t = np.asarray(t, np.float64)
+  out = np.where(np.isinf(t) | (t >= _MAX_STEPS), _MAX_STEPS, t).astype(np.int64)
+  return out[()] if out.ndim == 0 else out
+
+
+def _sampler_steps(sampler, target_epsilon, delta, sigma, accountant):
+  """calibrate.steps for a sampler: its galloping search (up to 2**40), then,
+  where that fits, the rest of [0, MAX_STEPS] by the same ε."""
+  from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
+  t = float(_sampler_api.calibrate_steps(sampler, target_epsilon, delta, sigma, accountant))
+  if math.isfinite(t):
+    return _as_steps(t)
+  lo, hi = 2 ** 40, MAX_STEPS + 1   # fits(lo); hi: the first count beyond the domain
+
+  def fits(steps_):
+    e = _sampler_api.epsilon(sampler, sigma, float(steps_), delta, accountant)
+    return float(e) <= float(target_epsilon)
+
+  if fits(MAX_STEPS):
+    return _as_steps(MAX_STEPS)
+  hi = MAX_STEPS
+  while hi - lo > 1:
+    mid = (lo + hi) // 2
+    lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+  return _as_steps(lo)
 
 
 def steps(target_epsilon, delta, q, sigma, *, accountant: str = "rdp", orders=None):
@@ -295,8 +329,10 @@ def steps(target_epsilon, delta, q, sigma, *, accountant: str = "rdp", orders=No
   answer comes in closed form per order — T_α = ⌊(ε_target - c_α(δ)) / ε_α⌋
   with c_α the conversion term of :func:`jaxdp.rdp.to_epsilon`, and the KL
   bound T_α ε_α < -log(1 - δ²) — maximised over α, then verified (and fixed by
-  a galloping integer search if rounding put it off by one). Returns ``inf``
-  where every T fits (q = 0, or more than 2**53 steps).
+  a galloping integer search if rounding put it off by one). The search runs
+  over jaxdp's whole domain of step counts, [0, :data:`MAX_STEPS`] = [0, 2**53]:
+  where every T fits (q = 0, or at least 2**53 steps) the answer is
+  ``MAX_STEPS`` = 2**53 = 9007199254740992, itself verified (not ``inf``).
 
   Args:
     target_epsilon, delta: the budget (ε ≥ 0, δ in (0, 1)).
@@ -304,15 +340,15 @@ def steps(target_epsilon, delta, q, sigma, *, accountant: str = "rdp", orders=No
       scalar arguments; steps of that sampler, epochs charged when started).
     sigma: noise multiplier(s) > 0.
     accountant: "rdp" or "pld".
-    orders: RDP orders (default :data:`jaxdp.rdp.DEFAULT_ORDERS`).
+    orders: RDP orders (default None: every real order α > 1, as :func:`jaxdp.epsilon`).
 
   Returns:
-    T as float64 NumPy whole numbers (or inf), the broadcast shape.
+    T as int64 NumPy (0-d → ``numpy.int64``), the broadcast shape, in
+    [0, MAX_STEPS].
   """
   if is_sampler(q):  # batches from a jaxdp.sampling sampler
-    from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
     _validate_common(target_epsilon, delta, 1e-6, accountant)
-    return _sampler_api.calibrate_steps(q, target_epsilon, delta, sigma, accountant)
+    return _sampler_steps(q, target_epsilon, delta, sigma, accountant)
   _validate_common(target_epsilon, delta, 1e-6, accountant)
   nx.check_array("q", q, low=0.0, high=1.0)
   nx.check_array("sigma", sigma, low=0.0, low_open=True)
@@ -339,7 +375,7 @@ def steps(target_epsilon, delta, q, sigma, *, accountant: str = "rdp", orders=No
         return e <= t[idx][sel]
 
       out[idx] = _int_boundary(feasible, np.where(np.isfinite(guess), guess, _MAX_STEPS))
-  return nx.to_host(out.reshape(shape))
+  return _as_steps(out.reshape(shape))
 
 
 def _closed_form_steps(per, orders, target, delta):
@@ -450,7 +486,7 @@ def optimize_dpsgd(dataset_size, epochs, target_epsilon, delta, *, min_batch_siz
     epochs: E > 0 (passes over the data).
     target_epsilon, delta: the budget.
     min_batch_size, max_batch_size: bounds on B (default 1 and N).
-    orders: RDP orders (default :data:`jaxdp.rdp.DEFAULT_ORDERS`).
+    orders: RDP orders (default None: every real order α > 1, as :func:`jaxdp.epsilon`).
     num_iterations: Adam steps.
     learning_rate: Adam learning rate (on u).
     rtol: calibration tolerance.

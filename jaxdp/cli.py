@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import decimal
 import json
 import math
 import os
@@ -54,7 +55,7 @@ def _fmt(x) -> str:
   x = float(x)
   if math.isinf(x) or math.isnan(x):
     return str(x)
-  if x == int(x) and abs(x) < 2**53:
+  if x == int(x) and abs(x) <= 2**53:
     return str(int(x))
   return repr(x)
 
@@ -69,12 +70,14 @@ def _add_mechanism(p, *, sigma=True, q_steps=True):
   if q_steps:
     g.add_argument("--q", type=float, help="sampling rate: probability that an example is in a "
                    "batch (Poisson sampling), e.g. batch size / dataset size")
-    g.add_argument("--steps", type=float, help="number of noisy gradient steps")
-    g.add_argument("--batch-size", type=float, help="expected batch size B (with "
+    g.add_argument("--steps", type=_count_arg("steps"), help="number of noisy gradient steps")
+    g.add_argument("--batch-size", type=_count_arg("batch_size"), help="expected batch size B (with "
                    "--dataset-size: q = B/N)")
-    g.add_argument("--dataset-size", type=float, help="number of training examples N")
-    g.add_argument("--epochs", type=float, help="passes over the data (with the batch form: "
-                   "steps = ceil(epochs * N / B))")
+    g.add_argument("--dataset-size", type=_count_arg("dataset_size"), help="number of training examples N")
+    g.add_argument("--epochs", type=float, help="passes over the data: steps = epochs x "
+                   "steps per epoch (N // B for fixed, balls-in-bins and shuffle; "
+                   "round(1/q) for Poisson sampling, q = --q or B/N; "
+                   "jaxdp.sampling.epochs_to_steps)")
   if sigma:
     g.add_argument("--sigma", type=float, help="noise multiplier: Gaussian noise std divided "
                    "by the clipping norm")
@@ -84,7 +87,7 @@ def _add_mechanism(p, *, sigma=True, q_steps=True):
                    "truncated-poisson needs --dataset-size, --batch-size (expected) and "
                    "--capacity; fixed, balls-in-bins and shuffle need --dataset-size and "
                    "--batch-size (balls-in-bins also --capacity)")
-    g.add_argument("--capacity", type=float, default=None,
+    g.add_argument("--capacity", type=_count_arg("capacity"), default=None,
                    help="static batch capacity B_MAX of truncated-poisson / balls-in-bins")
     g.add_argument("--relation", choices=("add-remove", "replace-one"), default=None,
                    help="neighbouring relation (fixed: default replace-one; others: default "
@@ -98,7 +101,23 @@ def _add_mechanism(p, *, sigma=True, q_steps=True):
 
 def _add_orders(p):
   p.add_argument("--orders", type=_orders_arg, default=None, metavar="A1,A2,...",
-                 help="RDP orders (comma-separated, each > 1; default: jaxdp.rdp.DEFAULT_ORDERS)")
+                 help="RDP orders (comma-separated, each > 1; default: every real order "
+                 "alpha > 1, the minimum over the grid jaxdp.rdp.DEFAULT_ORDERS refined "
+                 "between its points, as jaxdp.epsilon)")
+
+
+def _count_arg(name):
+  """argparse type of a count (--steps, --batch-size, ...): parsed exactly
+  (not through a float), a whole number beyond 2**53 refused."""
+
+  def parse(text):
+    try:
+      return _exact(name, text, whole=True)
+    except ValueError as e:
+      raise argparse.ArgumentTypeError(str(e)) from None
+
+  parse.__name__ = name   # argparse names the type in its messages
+  return parse
 
 
 def _orders_arg(text):
@@ -224,8 +243,26 @@ def _build_parser() -> argparse.ArgumentParser:
 # --------------------------------------------------------------------------
 
 
-def _resolve_q_steps(args, need_q=True, need_steps=True):
-  """q and steps from --q/--steps or the batch form; None when not needed."""
+def _steps_per_epoch(q, smp=None):
+  """Steps per epoch (:mod:`jaxdp.sampling`'s one rule): the sampler's own, or
+  Poisson sampling's round(1/q) at a bare rate."""
+  from jaxdp import sampling  # pylint: disable=g-import-not-at-top
+  if smp is not None:
+    k = smp.steps_per_epoch
+  else:
+    k = sampling.poisson_steps_per_epoch(q)
+  if k is None:
+    raise ValueError(f"--epochs needs a sampling rate above 0 (no epoch ends at q = {q:g}).")
+  return k
+
+
+def _resolve_q_steps(args, need_q=True, need_steps=True, smp=None):
+  """q and steps from --q/--steps or the batch form; None when not needed.
+
+  --epochs E gives E × steps per epoch (:func:`jaxdp.sampling.epochs_to_steps`:
+  the sampler's steps per epoch, or round(1/q) for Poisson sampling at rate q).
+  """
+  from jaxdp import sampling  # pylint: disable=g-import-not-at-top
   q, steps = args.q, args.steps
   b, n, e = args.batch_size, args.dataset_size, args.epochs
   if q is not None and b is not None:
@@ -241,12 +278,9 @@ def _resolve_q_steps(args, need_q=True, need_steps=True):
   if steps is None and e is not None and need_steps:
     if not e > 0 or not math.isfinite(e):
       raise ValueError(f"--epochs must be positive; found {e:g}.")
-    if b is not None and n is not None:
-      steps = math.ceil(e * n / b - 1e-9)
-    elif q is not None:
-      steps = math.ceil(e / q - 1e-9)
-    else:
+    if smp is None and q is None:
       raise ValueError("--epochs needs --q or --batch-size/--dataset-size.")
+    steps = sampling.epochs_to_steps(e, _steps_per_epoch(q, smp))
   if need_q and q is None:
     raise ValueError("missing --q (or --batch-size with --dataset-size).")
   if need_steps and steps is None:
@@ -377,7 +411,7 @@ def _cmd_forward(args) -> int:
     raise ValueError("--tradeoff is available for add/remove Poisson sampling at rate --q "
                      "only, not with --sampler or --relation replace-one.")
   smp = _sampler(args)
-  q, steps = _resolve_q_steps(args)
+  q, steps = _resolve_q_steps(args, smp=smp)
   if smp is not None:
     q = smp
   sigma = _need(args, "sigma", "--sigma")
@@ -424,10 +458,15 @@ def _solve_one(args, tight, name, plain, tight_fn, bound_name, *values, **kw):
     return float(value)
   kw.pop("sampler", None)
   ans = tight_fn(args.target_epsilon, args.delta, *values, **kw)
-  print(f"{name} = {_fmt(ans.value)}")
-  print(f"{name}_{bound_name} = {_fmt(ans.bound)}")
-  print(f"{name}_rdp = {_fmt(ans.rdp)}")
-  return ans.value
+  value, bound, rdp_value = ans.value, ans.bound, ans.rdp
+  if name == "steps":   # every count fits: jaxdp's largest, as calibrate.steps says
+    from jaxdp import calibrate  # pylint: disable=g-import-not-at-top
+    value, bound, rdp_value = (min(float(v), calibrate.MAX_STEPS)
+                               for v in (value, bound, rdp_value))
+  print(f"{name} = {_fmt(value)}")
+  print(f"{name}_{bound_name} = {_fmt(bound)}")
+  print(f"{name}_rdp = {_fmt(rdp_value)}")
+  return value
 
 
 def _cmd_calibrate(args) -> int:
@@ -453,7 +492,7 @@ def _cmd_calibrate(args) -> int:
     if not tight:   # the batched solvers warn for unreachable targets; the exit status says it
       warnings.simplefilter("ignore", RuntimeWarning)
     if args.solve == "sigma":
-      q, steps = _resolve_q_steps(args)
+      q, steps = _resolve_q_steps(args, smp=smp)
       value = _solve_one(args, tight, "sigma", calibrate.sigma, tc.tight_sigma, "lower",
                          q if smp is None else smp, steps, rtol=args.rtol)
       if math.isinf(value):
@@ -469,8 +508,12 @@ def _cmd_calibrate(args) -> int:
       kw = dict(rtol=args.rtol) if tight else {}
       value = _solve_one(args, tight, "steps", calibrate.steps, tc.tight_steps, "upper",
                          q if smp is None else smp, sigma, **kw)
-      if args.dataset_size is not None and args.batch_size is not None and math.isfinite(value):
-        print(f"epochs = {_fmt(value * args.batch_size / args.dataset_size)}")
+      if value >= calibrate.MAX_STEPS:
+        print(f"{_PROG}: every number of steps up to {calibrate.MAX_STEPS} (jaxdp's largest) "
+              "meets the target.", file=sys.stderr)
+      elif args.dataset_size is not None and args.batch_size is not None:
+        # epochs by the one rule: steps / steps per epoch (jaxdp.sampling)
+        print(f"epochs = {_fmt(value / _steps_per_epoch(q, smp))}")
       return 0
     if args.q is not None or args.batch_size is not None:
       raise ValueError("--solve sampling-rate: do not give --q or --batch-size.")
@@ -509,7 +552,7 @@ def _read_rows(path):
           rows.append((f"line {reader.line_num}", raw))
         columns = list(reader.fieldnames or [])
       else:
-        data = json.load(f)
+        data = json.load(f, parse_float=decimal.Decimal)   # numbers exactly
         if isinstance(data, dict) and "rows" in data:
           data = data["rows"]
         if not isinstance(data, list):
@@ -526,20 +569,42 @@ def _read_rows(path):
   return rows, columns
 
 
+# Columns and options holding whole numbers: parsed exactly (never through a
+# float, which rounds 2**53 + 1 to 2**53) and refused beyond 2**53.
+_INTEGER_COLUMNS = ("steps", "batch_size", "dataset_size")
+
+
+def _exact(name, value, whole=None):
+  """A number (int, float, Decimal or text) as float, refusing a whole number
+  beyond 2**53 (compared exactly) for the whole-number columns (``whole``;
+  default: ``name`` is one of them)."""
+  from jaxdp import _numerics as nx  # pylint: disable=g-import-not-at-top
+  if isinstance(value, str):
+    try:
+      value = decimal.Decimal(value.strip())
+    except decimal.InvalidOperation:
+      raise ValueError(f"{name} must be a number; found {value!r}.") from None
+  if isinstance(value, decimal.Decimal):
+    if value.is_finite() and value == value.to_integral_value():
+      value = int(value)
+    else:
+      value = float(value)
+  if whole is None:
+    whole = name in _INTEGER_COLUMNS
+  if whole and isinstance(value, int):
+    nx.check_array(name, value, integer=True)
+  return float(value)
+
+
 def _number(name, raw):
   if raw is None:
     return None
   if isinstance(raw, bool):
     raise ValueError(f"{name} must be a number; found {raw!r}.")
-  if isinstance(raw, (int, float)):
-    return float(raw)
-  if isinstance(raw, str):
-    if raw.strip() == "":
-      return None
-    try:
-      return float(raw)
-    except ValueError:
-      raise ValueError(f"{name} must be a number; found {raw!r}.") from None
+  if isinstance(raw, str) and raw.strip() == "":
+    return None
+  if isinstance(raw, (int, float, str, decimal.Decimal)):
+    return _exact(name, raw)
   raise ValueError(f"{name} must be a number; found {raw!r}.")
 
 
@@ -548,12 +613,8 @@ def _parse_row(raw):
   from jaxdp import _numerics as nx
   if not isinstance(raw, dict):
     raise ValueError(f"row must be an object of column: value; found {raw!r}.")
-  unknown_cols = [k for k in raw if k is not None and k not in _QUANTITIES + _HELPERS]
   if None in raw:
     raise ValueError("row has more cells than the header.")
-  if unknown_cols:
-    raise ValueError(f"unknown column {unknown_cols[0]!r} (expected some of "
-                     f"{', '.join(_QUANTITIES + _HELPERS)}).")
   v = {k: _number(k, raw.get(k)) for k in _QUANTITIES + _HELPERS}
   ranges = dict(
       epsilon=dict(low=0.0), delta=dict(low=0.0, high=1.0, low_open=True, high_open=True),
@@ -571,7 +632,11 @@ def _parse_row(raw):
       raise ValueError(f"batch_size must not exceed dataset_size; found {b:g} > {n:g}.")
     v["q"] = b / n
   if v["steps"] is None and e is not None and v["q"] is not None:
-    v["steps"] = float(math.ceil(e / v["q"] - 1e-9)) if v["q"] > 0 else 0.0
+    # The one rule for epochs (jaxdp.sampling): E × round(1/q), Poisson sampling.
+    from jaxdp import sampling  # pylint: disable=g-import-not-at-top
+    k = sampling.poisson_steps_per_epoch(v["q"])
+    v["steps"] = float(sampling.epochs_to_steps(e, k)) if k is not None else 0.0
+    nx.check_array("steps (from epochs)", v["steps"], integer=True)
   missing = [k for k in _QUANTITIES if v[k] is None]
   if len(missing) != 1:
     if not missing:
@@ -621,6 +686,28 @@ def _tuned_epsilon(vals, per_run, tuning, orders):
   return np.maximum(np.asarray(tuned, np.float64).reshape(-1), per_run)
 
 
+_EXTRA = "__extra__"   # a parsed row's other columns, copied to the output as read
+
+
+def _json_value(k, x):
+  if x is None:
+    return None
+  if k in _INTEGER_COLUMNS and math.isfinite(x):
+    return int(x)
+  return x if math.isfinite(x) else str(x)
+
+
+def _json_extra(x):
+  """A JSON value as read (numbers were parsed as Decimal: back to int/float)."""
+  if isinstance(x, decimal.Decimal):
+    return float(x)
+  if isinstance(x, list):
+    return [_json_extra(y) for y in x]
+  if isinstance(x, dict):
+    return {k: _json_extra(y) for k, y in x.items()}
+  return x
+
+
 def _write_rows(path, columns, rows):
   ext = os.path.splitext(path)[1].lower()
   if ext not in (".csv", ".json"):
@@ -631,14 +718,14 @@ def _write_rows(path, columns, rows):
         w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         w.writeheader()
         for r in rows:
-          w.writerow({k: ("" if r.get(k) is None else _fmt(r[k])) for k in columns})
+          extra = r.get(_EXTRA, {})
+          w.writerow({k: (("" if extra[k] is None else extra[k]) if k in extra else
+                          "" if r.get(k) is None else _fmt(r[k])) for k in columns})
       else:
         out = []
         for r in rows:
-          out.append({k: (None if r.get(k) is None else
-                          (int(r[k]) if k in ("steps", "batch_size", "dataset_size")
-                           and math.isfinite(r[k]) else
-                           (r[k] if math.isfinite(r[k]) else str(r[k]))))
+          extra = r.get(_EXTRA, {})
+          out.append({k: (_json_extra(extra[k]) if k in extra else _json_value(k, r.get(k)))
                       for k in columns})
         json.dump(out, f, indent=1)
         f.write("\n")
@@ -664,6 +751,8 @@ def _cmd_sweep(args) -> int:
       print(f"{_PROG}: {args.grid}, {label}: {e} (row skipped)", file=sys.stderr)
       failed += 1
       continue
+    # Columns jaxdp does not read (ids, notes, ...) go to the output unchanged.
+    vals[_EXTRA] = {k: x for k, x in raw.items() if k not in _QUANTITIES + _HELPERS}
     parsed.append((label, unknown, vals))
   for unknown in _QUANTITIES:
     group = [p for p in parsed if p[1] == unknown]

@@ -32,13 +32,34 @@ sampler::
 
   sampler = jaxdp.sampling.poisson(60_000, q=256 / 60_000, capacity=400)
 
+  def masked(grads, mask):  # zero the padding rows of every leaf of a pytree
+    return jax.tree.map(lambda g: g * mask.reshape((-1,) + (1,) * (g.ndim - 1)), grads)
+
   def train_step(params, t):
     indices, mask = sampler.sample_at(run_key, t)
-    grads = per_example_grads(params, data[indices]) * mask[:, None]
+    grads = masked(per_example_grads(params, data[indices]), mask)
     ...
 
+  steps = sampler.epochs_to_steps(epochs)   # the one rule for epochs (below)
   acc.compose(state, sampler.event(sigma), count=steps)  # per step; per epoch
                                                           # for the epoch samplers
+
+Epochs. One rule, stated here and used by every surface (samplers, the
+``jaxdp`` command line's ``--epochs``, sweep files' ``epochs`` column,
+:func:`jaxdp.calibrate.optimize_dpsgd` and the docs): **E epochs are
+E × steps_per_epoch steps** (:func:`epochs_to_steps`; a fractional product
+is rounded up, toward more privacy loss), where each sampler defines its
+steps per epoch once:
+
+* ``fixed``, ``balls_in_bins``, ``shuffle``: k = N // B;
+* ``poisson`` (and plain Poisson sampling at a bare rate q, without a
+  dataset size): the whole number nearest to 1/q, one expected pass over
+  the data (:func:`poisson_steps_per_epoch`; Python's ``round``, so a tie
+  goes to the even number).
+
+MNIST (N = 60000, B = 256): Poisson q = 256/60000 gives round(234.375) = 234
+steps per epoch, so 60 epochs are 14040 steps; ``fixed`` gives 60000 // 256 =
+234 as well.
 
 σ in ``event(sigma)`` is dp_accounting's noise multiplier: the noise added to
 the sum of per-example vectors clipped to L2 norm C has standard deviation σ·C.
@@ -49,6 +70,7 @@ stated are those of ideal uniform bits.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Optional, Tuple
 
 import jax
@@ -59,6 +81,8 @@ from jaxdp import _numerics
 from jaxdp import events as _events
 
 __all__ = [
+    "poisson_steps_per_epoch",
+    "epochs_to_steps",
     "poisson",
     "fixed",
     "balls_in_bins",
@@ -130,6 +154,71 @@ def _check_step(step: Any, steps_per_epoch: int) -> None:
   if isinstance(step, jax.core.Tracer):
     return
   _whole("step", step, 0, steps_per_epoch - 1)
+
+
+# --------------------------------------------------------------------------
+# epochs: the one rule
+# --------------------------------------------------------------------------
+
+
+def poisson_steps_per_epoch(q: Any) -> Optional[int]:
+  """Steps per epoch of Poisson sampling at rate q: the whole number nearest 1/q.
+
+  One epoch is one expected pass over the data (q·N examples per step, N / (q·N)
+  = 1/q steps), rounded to a whole number of steps with Python's ``round``
+  (ties to even), and at least 1. This is :attr:`PoissonSampler.steps_per_epoch`
+  and what the command line and sweep files use for a bare rate ``--q`` (or
+  B / N without ``--sampler``).
+
+  Args:
+    q: the sampling rate, a number in [0, 1].
+
+  Returns:
+    max(1, round(1/q)) as an int, or None when q = 0 (no epoch ever ends).
+
+  Raises:
+    ValueError: naming ``q`` and its value when it is not a number in [0, 1].
+  """
+  q = _rate("q", q)
+  return max(1, int(round(1.0 / q))) if q > 0 else None
+
+
+def epochs_to_steps(epochs: Any, steps_per_epoch: Any) -> int:
+  """The number of steps of ``epochs`` epochs: E × steps_per_epoch.
+
+  The one rule for epochs in jaxdp (module docstring). A whole E gives exactly
+  E·k; a fractional product is rounded up (the steps of a started epoch are
+  run and charged: toward more privacy loss), less an allowance of 1e-9
+  steps, so that an E written in decimal (0.1 × 30 = 3.0000000000000004)
+  does not gain a step from its float representation.
+
+  Args:
+    epochs: E > 0, finite.
+    steps_per_epoch: k, a whole number >= 1, or a :mod:`jaxdp.sampling`
+      sampler (its ``steps_per_epoch``).
+
+  Returns:
+    The number of steps, a Python int.
+
+  Raises:
+    ValueError: naming the argument and its value when E is not a positive
+      finite number, or k not a whole number >= 1 (or the sampler has none:
+      Poisson at q = 0).
+  """
+  k = getattr(steps_per_epoch, "steps_per_epoch", steps_per_epoch)
+  if k is None:
+    raise ValueError(f"steps_per_epoch must be a whole number >= 1; found None (a sampler "
+                     f"at rate q = 0 has no epochs): {steps_per_epoch!r}.")
+  k = _whole("steps_per_epoch", k, 1)
+  if isinstance(epochs, jax.core.Tracer) or isinstance(epochs, (bool, np.bool_)) \
+      or np.ndim(epochs) != 0:
+    raise ValueError(f"epochs must be a positive number; found {epochs!r}.")
+  _numerics.check_array("epochs", epochs, low=0.0, low_open=True)
+  e = float(epochs)
+  whole = round(e)
+  if e == whole:
+    return int(whole) * k
+  return int(math.ceil(e * k - 1e-9))
 
 
 # --------------------------------------------------------------------------
@@ -250,8 +339,15 @@ class PoissonSampler:
 
   @property
   def steps_per_epoch(self) -> Optional[int]:
-    """round(1/q), the conventional epoch (one expected pass); None when q = 0."""
-    return max(1, int(round(1.0 / self.q))) if self.q > 0 else None
+    """round(1/q), the conventional epoch (one expected pass); None when q = 0.
+
+    :func:`poisson_steps_per_epoch` of ``q`` (module docstring, "Epochs").
+    """
+    return poisson_steps_per_epoch(self.q)
+
+  def epochs_to_steps(self, epochs) -> int:
+    """E epochs as steps: E × :attr:`steps_per_epoch` (:func:`epochs_to_steps`)."""
+    return epochs_to_steps(epochs, self)
 
   @property
   def truncation_probability(self) -> float:
@@ -332,6 +428,10 @@ class FixedSampler:
     """N // B, the conventional epoch (steps are independent)."""
     return self.dataset_size // self.batch_size
 
+  def epochs_to_steps(self, epochs) -> int:
+    """E epochs as steps: E × :attr:`steps_per_epoch` (:func:`epochs_to_steps`)."""
+    return epochs_to_steps(epochs, self)
+
   def sample(self, key) -> Tuple[jax.Array, jax.Array]:
     """One step's batch: B distinct examples, a uniform B-subset in random order.
 
@@ -380,7 +480,12 @@ class BallsInBinsSampler:
 
   @property
   def steps_per_epoch(self) -> int:
+    """k = N // B (an epoch's steps)."""
     return self.dataset_size // self.batch_size
+
+  def epochs_to_steps(self, epochs) -> int:
+    """E epochs as steps: E × :attr:`steps_per_epoch` (:func:`epochs_to_steps`)."""
+    return epochs_to_steps(epochs, self)
 
   @property
   def expected_batch_size(self) -> float:
@@ -485,7 +590,12 @@ class ShuffleSampler:
 
   @property
   def steps_per_epoch(self) -> int:
+    """k = N // B (an epoch's steps)."""
     return self.dataset_size // self.batch_size
+
+  def epochs_to_steps(self, epochs) -> int:
+    """E epochs as steps: E × :attr:`steps_per_epoch` (:func:`epochs_to_steps`)."""
+    return epochs_to_steps(epochs, self)
 
   @property
   def expected_batch_size(self) -> int:

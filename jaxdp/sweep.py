@@ -287,7 +287,8 @@ def epsilon(q, sigma, steps, delta, *, accountant="rdp", orders=None, method="im
     steps: number(s) of steps, whole numbers ≥ 0.
     delta: δ in (0, 1).
     accountant: "rdp" or "pld" (see :func:`jaxdp.epsilon`).
-    orders: RDP orders (default :data:`jaxdp.rdp.DEFAULT_ORDERS`).
+    orders: RDP orders (default None: every real order α > 1, as
+      :func:`jaxdp.epsilon`).
     method: RDP→(ε, δ) conversion, "improved" or "classic".
     __COMMON__
 
@@ -385,16 +386,18 @@ def steps(target_epsilon, delta, q, sigma, *, accountant="rdp", orders=None, dev
     __COMMON__
 
   Returns:
-    float64 NumPy array with the broadcast shape (the full grid on every
-    process).
+    int64 NumPy array with the broadcast shape (the full grid on every
+    process), in [0, :data:`jaxdp.calibrate.MAX_STEPS`] (2**53 where every
+    number of steps fits), as :func:`jaxdp.calibrate.steps`.
 
   Raises:
     ValueError: on an argument outside its domain (named, with its value).
   """
-  return _calibrated(_cal.steps, ("target_epsilon", "delta", "q", "sigma"),
-                     (target_epsilon, delta, q, sigma),
-                     dict(accountant=accountant, orders=orders), devices, chunk_size, progress,
-                     "steps", collective)
+  # Gathered as float64 (exact for whole numbers up to 2**53), returned as int64.
+  return _cal._as_steps(_calibrated(_cal.steps, ("target_epsilon", "delta", "q", "sigma"),
+                                    (target_epsilon, delta, q, sigma),
+                                    dict(accountant=accountant, orders=orders), devices,
+                                    chunk_size, progress, "steps", collective))
 
 
 @_doc
