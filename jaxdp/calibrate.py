@@ -448,9 +448,18 @@ class DPSGDPlan(NamedTuple):
   batch_size: np.ndarray   # expected batch size B = q·N (whole number)
   q: np.ndarray            # sampling rate B / N
   sigma: np.ndarray        # noise multiplier, certified by :func:`sigma`
-  steps: np.ndarray        # T = ⌈E·N / B⌉
+  steps: np.ndarray        # T = E × round(N / B) (jaxdp.sampling.epochs_to_steps)
   noise_std: np.ndarray    # σ / B: noise std on the averaged gradient
   epsilon: np.ndarray      # ε actually spent (≤ target)
+
+
+def _epoch_steps(epochs, q):
+  """E epochs of Poisson sampling at rate q as steps, elementwise: the one rule
+  of :mod:`jaxdp.sampling` (E × round(1/q), :func:`jaxdp.sampling.epochs_to_steps`)."""
+  from jaxdp import sampling  # pylint: disable=g-import-not-at-top
+  return np.asarray([float(sampling.epochs_to_steps(e, sampling.poisson_steps_per_epoch(qq)))
+                     for e, qq in zip(np.ravel(epochs), np.ravel(q))],
+                    np.float64).reshape(np.shape(q))
 
 
 def optimize_dpsgd(dataset_size, epochs, target_epsilon, delta, *, min_batch_size=1,
@@ -473,8 +482,10 @@ def optimize_dpsgd(dataset_size, epochs, target_epsilon, delta, *, min_batch_siz
   theorem (custom JVP), all problems at once in one jitted ``lax.scan``.
 
   The answer is then snapped to a feasible point: the best iterate and the two
-  ends of the batch-size range are rounded to whole batch sizes B, steps set to
-  T = ⌈E·N/B⌉ and σ calibrated exactly by :func:`sigma` (certified); the one
+  ends of the batch-size range are rounded to whole batch sizes B, steps set by
+  the one rule for epochs, T = E × round(1/q) with q = B/N
+  (:func:`jaxdp.sampling.epochs_to_steps`; the optimizer's relaxation uses the
+  continuous T = E/q), and σ calibrated exactly by :func:`sigma` (certified); the one
   with the smallest σ/B is returned. Under RDP J usually decreases with q in
   the Gaussian regime (larger batches win at fixed epochs), so
   ``max_batch_size`` (memory, or a minimum number of steps E·N/B_max) is the
@@ -523,7 +534,7 @@ def optimize_dpsgd(dataset_size, epochs, target_epsilon, delta, *, min_batch_siz
   best = None
   for b in cands:
     q = b / n_
-    tt = np.ceil(e_ * n_ / b - 1e-9)
+    tt = _epoch_steps(e_, q)
     s = np.asarray(sigma(t_, d_, q, tt, rtol=rtol, orders=orders_checked), np.float64).reshape(-1)
     noise = s / b
     if best is None:
