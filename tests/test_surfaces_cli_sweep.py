@@ -270,3 +270,26 @@ def test_sweep_json_and_cli_refuse_steps_beyond_2_53(tmp_path, capsys):
   code, _, err = run(capsys, "epsilon", "--q", "0.01", "--sigma", "1.1", "--steps",
                      "9007199254740993", "--delta", "1e-5", "--accountant", "rdp")
   assert code == 2 and "--steps" in err and "9007199254740993" in err
+
+
+# --------------------------------------------------------------------------
+# Row 8: the command's tight ε (general engine) and jaxdp.epsilon's (batched
+# kernel) are both certified; their intervals overlap
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.slow   # the batched kernel at 14040 steps (~15 s); the default suite
+                    # checks the same property on the digits question
+                    # (tests/test_surface_consistency.py::test_python_and_cli_agree)
+def test_mnist_tight_cli_and_python_within_certified_widths(capsys):
+  q, sigma, steps, delta = 256 / 60000, 1.1, MNIST_STEPS, 1e-5
+  code, out, err = run(capsys, "epsilon", "--batch-size", "256", "--dataset-size", "60000",
+                       "--epochs", "60", "--sigma", "1.1", "--delta", "1e-5")
+  assert code == 0, err
+  cli_up, cli_lo = _value(out, "epsilon"), _value(out, "epsilon_lower")
+  py = float(jaxdp.epsilon(q, sigma, steps, delta, accountant="pld"))
+  lo, up = (float(np.asarray(x)) for x in jaxdp.pld.epsilon(q, sigma, steps, delta,
+                                                           return_bounds=True))
+  assert py <= up
+  assert cli_up >= lo and py >= cli_lo                        # the intervals overlap
+  assert abs(cli_up - py) <= max(up - lo, cli_up - cli_lo)    # the documented tolerance
