@@ -75,15 +75,24 @@ def golden_minimum(q, sigma, steps, x, lo, hi, *, kind, method, nodes, iteration
 
 def golden_section(f, lo, hi, iterations, with_argmin, xp=jnp):
   """The loop of :func:`golden_minimum` for a value function ``f(alpha)`` on
-  either array namespace (``jnp``: traced; ``numpy``: the host path)."""
+  either array namespace (``jnp``: traced; ``numpy``: the host path).
+
+  Besides the golden-section points, the two ends of the bracket are
+  evaluated (the last two loop steps): where the minimiser is an end (the
+  bracket beyond the grid's largest or smallest order, e.g. tiny ε at
+  δ = 1e-12 wants α ≥ 8192) the interior points only approach it.
+  """
   a = xp.log(lo - 1.0)
   b = xp.log(hi - 1.0)
   c = b - _INV_PHI * (b - a)
   d = a + _INV_PHI * (b - a)
+  a0, b0 = a, b
+  last = iterations + 2
 
   # One evaluation of f per loop step, the two interior points included
-  # (steps 0 and 1): f, the RDP kernel, appears once in the compiled program
-  # (three copies compiled ~3x longer, ~3 s on the 2-core CPU).
+  # (steps 0 and 1) and the two ends (the last two steps): f, the RDP kernel,
+  # appears once in the compiled program (three copies compiled ~3x longer,
+  # ~3 s on the 2-core CPU).
   def body(i, s):
     a, b, c, d, fc, fd, best, arg = s
     left = fc <= fd   # the minimiser is in [a, d]
@@ -91,8 +100,9 @@ def golden_section(f, lo, hi, iterations, with_argmin, xp=jnp):
     b2 = xp.where(left, d, b)
     new = xp.where(left, b2 - _INV_PHI * (b2 - a2), a2 + _INV_PHI * (b2 - a2))
     point = xp.where(i == 0, c, xp.where(i == 1, d, new))
+    point = xp.where(i == last, b0, xp.where(i == last + 1, a0, point))
     fn = f(1.0 + xp.exp(point))
-    golden = i >= 2
+    golden = (i >= 2) & (i < last)
     a3, b3 = xp.where(golden, a2, a), xp.where(golden, b2, b)
     c3 = xp.where(golden, xp.where(left, new, d), c)
     d3 = xp.where(golden, xp.where(left, c, new), d)
@@ -103,7 +113,7 @@ def golden_section(f, lo, hi, iterations, with_argmin, xp=jnp):
 
   inf = xp.full_like(a, xp.inf)
   state = (a, b, c, d, inf, inf, inf, c)
-  out = nx.fori_loop(0, iterations + 2, body, state, xp)
+  out = nx.fori_loop(0, last + 2, body, state, xp)
   return (out[-2], 1.0 + xp.exp(out[-1])) if with_argmin else out[-2]
 
 

@@ -321,6 +321,14 @@ def rdp(orders=None) -> Accountant:
   orders = orders.copy()
   orders.setflags(write=False)
   n = orders.size
+  # The read-out refines between neighbouring orders: sorted, unique.
+  sorted_idx = np.unique(orders, return_index=True)[1].astype(np.int32)
+  sorted_orders = orders[sorted_idx]
+
+  def ascending(total):
+    if sorted_idx.size == n and np.all(sorted_idx == np.arange(n)):
+      return total
+    return jnp.take(total, sorted_idx, axis=-1)
 
   host_sampled_gaussian = _host_sampled_gaussian_kernel(orders.tobytes())
 
@@ -359,13 +367,12 @@ def rdp(orders=None) -> Accountant:
     _numerics.check_array("delta", delta, low=0.0, high=1.0, low_open=True,
                           high_open=True)
     total = _read(state.rdp, state.compensation)
-    eps, _ = _rdp.to_epsilon(total, orders, delta)
-    return _round_up(eps)
+    return _round_up(_rdp.to_epsilon_refined(ascending(total), sorted_orders, delta))
 
   def delta(state: RdpState, epsilon):
     _numerics.check_array("epsilon", epsilon, low=0.0)
     total = _read(state.rdp, state.compensation)
-    return jnp.minimum(_round_up(_rdp.to_delta(total, orders, epsilon)), 1.0)
+    return jnp.minimum(_round_up(_rdp.to_delta_refined(ascending(total), sorted_orders, epsilon)), 1.0)
 
   return _with_tradeoff(Accountant(init=init, compose=compose, epsilon=epsilon, delta=delta))
 

@@ -21,10 +21,14 @@ included independently); that is the caller's data pipeline's job.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple, Optional, Tuple, Union
+
+import functools
+import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax as _optax
 
 from jaxdp import _numerics
@@ -51,11 +55,253 @@ class DpAggregateState(NamedTuple):
     steps: number of updates applied (int32).
     exhausted: bool; True once one more update would take ε above the
       budget (always False without a budget).
+    schedule: the transform's known schedule (:class:`_Schedule`: sampler,
+      σ, host accountant, planned steps); static pytree data, no leaves.
+      None for states built by hand.
   """
   key: jax.Array
   accountant_state: Any
   steps: jax.Array
   exhausted: jax.Array
+  schedule: Any = None
+
+
+# --------------------------------------------------------------------------
+# The known schedule: host answers, planned steps, in-jit read-out
+# --------------------------------------------------------------------------
+
+# Orders of the in-jit read-out of a known Poisson schedule: DEFAULT_ORDERS
+# and a grid in x = α - 1 over the range the host's every-real-order search
+# covers (1 + (1.01 - 1)/4 .. 2·4096). With the chord bound between
+# neighbours (jaxdp.rdp.to_epsilon_refined), a relative step s in x costs
+# about s²·x/(4(2x + 1)) relative against the minimum over every real order
+# (exact for the Gaussian mechanism, (α-1)ε(α) = ρα(α-1), at its optimal
+# order; 1.6× that measured for sampled Gaussians), so the step is
+# s(x) = 2·sqrt(_FINE_TOL·(2x + 1)/x): ~7000 orders for ~5e-7.
+_FINE_TOL = 3e-7
+
+
+@functools.lru_cache(maxsize=1)
+def _fine_orders() -> np.ndarray:
+  from jaxdp import rdp as _rdp  # pylint: disable=g-import-not-at-top
+  c = 2.0 * math.sqrt(_FINE_TOL)
+  u, stop, xs = math.log(0.0025), math.log(8191.0), []
+  while u < stop:
+    xs.append(math.exp(u))
+    u += c * math.sqrt((2.0 * xs[-1] + 1.0) / xs[-1])
+  xs.append(8191.0)
+  out = np.unique(np.concatenate([_rdp.DEFAULT_ORDERS, 1.0 + np.asarray(xs)]))
+  out.setflags(write=False)
+  return out
+
+
+@functools.lru_cache(maxsize=32)
+def _poisson_table(q: float, sigma: float):
+  """Per-step RDP of the Poisson-sampled Gaussian at :func:`_fine_orders`
+  (float64 quadrature, valid at every real order, rounded up; cached)."""
+  from jaxdp import rdp as _rdp  # pylint: disable=g-import-not-at-top
+  orders = _fine_orders()
+  with _numerics.x64():
+    curve = _rdp.quadrature_rdp(np.float64(q), np.float64(sigma), orders,
+                                _rdp._NODES_PER_WINDOW, xp=np)  # pylint: disable=protected-access
+  curve = np.asarray(curve, np.float64)
+  curve.setflags(write=False)
+  return orders, curve
+
+
+class _Schedule:
+  """What :func:`dp_aggregate` knows when it is built (static pytree data).
+
+  Attributes:
+    target: the sampler, or the Poisson rate q (``sampling_rate``).
+    sigma: the noise multiplier.
+    event: the event composed per charge.
+    epoch_len: steps per charge (1, or the epoch length of epoch events).
+    host: "rdp" or "pld", the host accountant of :func:`epsilon` read on the
+      host and of the planned steps; None when the transform was given an
+      :class:`jaxdp.accountant.Accountant` (then that accountant decides).
+    planned: the planned number of steps under ``budget`` (host, float64), or
+      None (no budget, or a user accountant).
+
+  Compared by identity (it is jit's static data); its float64 tables are
+  computed on first use and cached.
+  """
+
+  def __init__(self, target, sigma, event, epoch_len, host, planned):
+    self.target, self.sigma, self.event = target, float(sigma), event
+    self.epoch_len, self.host, self.planned = int(epoch_len), host, planned
+    self._tables = {}
+
+  def __repr__(self):
+    return (f"_Schedule(target={self.target!r}, sigma={self.sigma!r}, host={self.host!r}, "
+            f"planned={self.planned!r})")
+
+  def charges(self, steps):
+    """Events composed after ``steps`` updates (epoch events when started)."""
+    if self.epoch_len == 1:
+      return steps
+    return (steps + self.epoch_len - 1) // self.epoch_len
+
+  def host_value(self, kind, steps, value, accountant):
+    """``jaxdp.epsilon`` / ``jaxdp.delta`` of this schedule (host, float64)."""
+    from jaxdp import _api  # pylint: disable=g-import-not-at-top
+    fn = _api.epsilon if kind == "epsilon" else _api.delta
+    return fn(self.target, self.sigma, int(steps), value, accountant=accountant)
+
+  def table(self, name):
+    """Cached float64 per-charge RDP curves: ``(orders, curve)``."""
+    if name not in self._tables:
+      self._tables[name] = _build_table(self, name)
+    return self._tables[name]
+
+
+jax.tree_util.register_pytree_node(_Schedule, lambda s: ((), s), lambda s, _: s)
+
+
+def _is_plain_poisson(event) -> bool:
+  return isinstance(event, _events.SampledGaussian) and event.relation == "add_remove"
+
+
+def _build_table(schedule, name):
+  """Per-charge RDP (float64, rounded up) of the schedule's event ("main") or
+  of the untruncated Poisson event of a truncated-Poisson sampler ("poisson")."""
+  from jaxdp import rdp as _rdp  # pylint: disable=g-import-not-at-top
+  event = schedule.event
+  if name == "poisson":
+    event = _events.SampledGaussian(float(event.q), float(event.sigma), relation=event.relation)
+  if _is_plain_poisson(event):
+    # Every real order, like the host's jaxdp.epsilon, with the chord
+    # between neighbours at read-out.
+    return _poisson_table(float(event.q), float(event.sigma))
+  # The host's sampler answer: the grid minimum over DEFAULT_ORDERS.
+  orders = np.asarray(_rdp.DEFAULT_ORDERS, np.float64)
+  with jax.ensure_compile_time_eval(), _numerics.x64():
+    curve = jax.jit(lambda: _accountant.event_rdp(event, orders, jnp.float64))()
+    curve = np.asarray(curve, np.float64)
+  return orders, curve
+
+
+def _charges_as_float(charges, dtype):
+  """``charges`` (an int32 count) in ``dtype``, never below it (exact in
+  float64; one ulp up in float32, whose 24-bit mantissa may round it)."""
+  f = jnp.asarray(charges).astype(dtype)
+  if jnp.finfo(dtype).bits >= 64:
+    return f
+  return jnp.where(f > 0, jnp.nextafter(f, jnp.asarray(jnp.inf, dtype)), f)
+
+
+def _table_total(schedule, name, charges, dtype):
+  """``charges`` × the per-charge curve in ``dtype``, rounded up; and orders."""
+  orders, curve = schedule.table(name)
+  per = jnp.asarray(_accountant._round_to_dtype_up(curve, dtype))  # pylint: disable=protected-access
+  total = _charges_as_float(charges, dtype)[..., None] * per
+  total = jnp.where(total > 0, jnp.nextafter(total, jnp.asarray(jnp.inf, dtype)), total)
+  return orders, total
+
+
+def _table_epsilon(schedule, name, charges, delta, dtype):
+  """In-jit ε of ``charges`` compositions from a table (rounded up)."""
+  from jaxdp import rdp as _rdp  # pylint: disable=g-import-not-at-top
+  orders, total = _table_total(schedule, name, charges, dtype)
+  delta = jnp.asarray(delta, dtype)
+  if orders.size > len(_rdp.DEFAULT_ORDERS):   # the every-real-order table
+    eps = _rdp.to_epsilon_refined(total, orders, delta)
+  else:                                        # the host's grid answer
+    eps = _rdp.to_epsilon(total, orders, delta)[0]
+  return _accountant._round_up(eps)  # pylint: disable=protected-access
+
+
+def _table_delta(schedule, name, charges, eps, dtype):
+  from jaxdp import rdp as _rdp  # pylint: disable=g-import-not-at-top
+  orders, total = _table_total(schedule, name, charges, dtype)
+  eps = jnp.asarray(eps, dtype)
+  if orders.size > len(_rdp.DEFAULT_ORDERS):
+    d = _rdp.to_delta_refined(total, orders, eps)
+  else:
+    d = _rdp.to_delta(total, orders, eps)
+  return jnp.minimum(_accountant._round_up(d), 1.0)  # pylint: disable=protected-access
+
+
+def _truncated_poisson(schedule) -> bool:
+  return isinstance(schedule.event, _events.TruncatedPoissonGaussian) and (
+      int(schedule.event.capacity) < int(schedule.event.dataset_size))
+
+
+def overflow_log_probability(dataset_size, q, capacity) -> float:
+  """log of an upper bound on P[Binomial(N + 1, q) > capacity] (one step).
+
+  Chernoff: P[X ≥ a·n] ≤ exp(-n·KL(a ‖ q)) for a = (capacity + 1)/n > q,
+  n = N + 1 (the add/remove neighbour's size; the tail grows with n), a
+  closed form with a relative slack of 1e-12 on the exponent for its own
+  round-off (as :func:`jaxdp._bins_coupling.overflow_probability`).
+
+  Returns:
+    A float ≤ 0 (0 where the bound is trivial).
+  """
+  n = int(dataset_size) + 1
+  a = (int(capacity) + 1) / n
+  q = float(q)
+  if a > 1.0:
+    return -math.inf
+  if a <= q:
+    return 0.0
+  kl = a * math.log(a / q) + ((1.0 - a) * math.log1p(-a) - (1.0 - a) * math.log1p(-q)
+                              if a < 1.0 else 0.0)
+  return min(-n * kl * (1.0 - 1e-12), 0.0)
+
+
+def _coupled_epsilon(schedule, charges, delta, dtype):
+  """Truncated Poisson: ε of the untruncated Poisson run at δ − (1 + e^E)·p.
+
+  The truncated and the untruncated samplers, run on the same draws, give the
+  same output unless some step overflows (probability p ≤ T·p_step, any
+  dataset of at most N + 1 examples), so δ_trunc(ε) ≤ δ_untrunc(ε) +
+  (1 + e^ε)·p (Balle, Barthe & Gaboardi 2018, §3; as
+  :mod:`jaxdp._bins_coupling`). With E = ε_untrunc(δ/2): where
+  (1 + e^E)·p ≤ δ/2, ε_untrunc(δ − (1 + e^E)·p) ≤ E is valid; else +inf.
+  """
+  ev = schedule.event
+  log_p = overflow_log_probability(ev.dataset_size, ev.q, ev.capacity)
+  delta = jnp.asarray(delta, dtype)
+  tiny = jnp.finfo(dtype).tiny
+  c = _charges_as_float(charges, dtype)
+  # p(T) = min(1, T·p_step), formed in log space and rounded up.
+  log_pt = jnp.log(jnp.maximum(c, tiny)) + jnp.asarray(log_p, dtype)
+  pt = jnp.minimum(jnp.exp(log_pt) * (1.0 + 8.0 * jnp.finfo(dtype).eps), 1.0)
+  pt = jnp.where(c > 0, pt, 0.0)
+  e_half = _table_epsilon(schedule, "poisson", charges, delta / 2.0, dtype)
+  extra = (1.0 + jnp.exp(jnp.minimum(e_half, 80.0))) * pt * (1.0 + 8.0 * jnp.finfo(dtype).eps)
+  ok = jnp.isfinite(e_half) & (e_half < 80.0) & (extra <= delta / 2.0)
+  d_use = jnp.where(ok, (delta - extra) * (1.0 - 4.0 * jnp.finfo(dtype).eps), delta / 2.0)
+  e1 = _table_epsilon(schedule, "poisson", charges, d_use, dtype)
+  return jnp.where(ok, jnp.minimum(e1, e_half), jnp.inf)
+
+
+def _schedule_epsilon(schedule, steps, delta, dtype):
+  """In-jit RDP ε of ``steps`` updates of a known schedule."""
+  charges = schedule.charges(jnp.asarray(steps))
+  eps = _table_epsilon(schedule, "main", charges, delta, dtype)
+  if _truncated_poisson(schedule):
+    eps = jnp.minimum(eps, _coupled_epsilon(schedule, charges, delta, dtype))
+  return jnp.where(jnp.asarray(steps) == 0, 0.0, eps)
+
+
+def _planned_steps(target, sigma, event, epoch_len, budget, host) -> int:
+  """Largest number of steps within ``budget`` (``jaxdp.calibrate.steps``).
+
+  Under RDP an untruncated Poisson sampler's answer is ``jaxdp.epsilon`` at
+  its rate (``jaxdp._sampler_api``), so the rate's closed-form search gives
+  the same T without the sampler path's galloping search.
+  """
+  from jaxdp import calibrate as _calibrate  # pylint: disable=g-import-not-at-top
+  if host == "rdp" and epoch_len == 1 and _is_plain_poisson(event):
+    target = float(event.q)
+  t = float(np.asarray(_calibrate.steps(float(budget[0]), float(budget[1]), target, float(sigma),
+                                        accountant=host)))
+  return _INT32_MAX if not math.isfinite(t) or t >= _INT32_MAX else int(t)
+
+
+_INT32_MAX = 2 ** 31 - 1
 
 
 def _global_norms(updates) -> jax.Array:
@@ -70,7 +316,7 @@ def dp_aggregate(
     sigma: float,
     sampling_rate: Optional[float] = None,
     seed: int = 0,
-    accountant: Optional[_accountant.Accountant] = None,
+    accountant: Union[None, str, _accountant.Accountant] = None,
     budget: Optional[Tuple[float, float]] = None,
     expected_batch_size: Optional[float] = None,
     accounting: bool = True,
@@ -98,11 +344,24 @@ def dp_aggregate(
       only when the batches really are Poisson samples.  Give ``sampler``
       instead for the samplers of :mod:`jaxdp.sampling`.
     seed: integer seed of the noise PRNG key.
-    accountant: a :class:`jaxdp.accountant.Accountant`; default
-      ``jaxdp.accountant.rdp()``.
+    accountant: "rdp" (default) or "pld": the host accountant that answers
+      :func:`epsilon` / :func:`delta` read on the host (``jaxdp.epsilon`` of
+      this sampler, σ and steps: the same number bit for bit) and plans the
+      budget; the state carries ``jaxdp.accountant.rdp()``'s state, and
+      inside jit :func:`epsilon` reads an RDP value of the known schedule
+      (never below the host's RDP answer by more than rounding, within
+      ~1e-6 relative of it for Poisson sampling). Or a
+      :class:`jaxdp.accountant.Accountant`: then that accountant's in-jit
+      state and read-out decide everything, the budget included.
     budget: optional ``(epsilon, delta)``; the state's ``exhausted`` flag
       turns True as soon as one more update would exceed ε at δ, so a loop
       that checks :func:`budget_exhausted` before each step never overspends.
+      With a host accountant ("rdp"/"pld") the number of steps within the
+      budget is computed once, here, by ``jaxdp.calibrate.steps`` (float64,
+      the function that also plans a calibration), and the flag compares the
+      step counter with it: a σ from ``jaxdp.calibrate.sigma(..., steps=T)``
+      trains exactly T steps. With an Accountant object the flag compares its
+      in-jit ε with the budget.
     expected_batch_size: B, the normaliser (q × dataset size for Poisson
       sampling). Default: the static leading-axis size of the gradients,
       right for fixed-size batches. Normalising by a constant (not the
@@ -154,10 +413,20 @@ def dp_aggregate(
     _numerics.check_array("budget epsilon", budget[0], low=0.0)
     _numerics.check_array("budget delta", budget[1], low=0.0, high=1.0,
                           low_open=True, high_open=True)
-  if accounting and accountant is None:
-    accountant = _accountant.rdp()
+  host = None
+  if accountant is None or isinstance(accountant, str):
+    host = "rdp" if accountant is None else accountant
+    if host not in ("rdp", "pld"):
+      raise ValueError(f"accountant must be 'rdp', 'pld' or an Accountant; found {accountant!r}.")
+    accountant = _accountant.rdp() if accounting else None
   if not accounting:
     budget = None
+  schedule = None
+  if accounting:
+    target = sampler if sampler is not None else float(sampling_rate)
+    planned = (_planned_steps(target, sigma, event, epoch_len, budget, host)
+               if budget is not None and host is not None else None)
+    schedule = _Schedule(target, sigma, event, epoch_len, host, planned)
   l2_clip = float(l2_clip)
   noise_std = float(sigma) * l2_clip
 
@@ -170,6 +439,8 @@ def dp_aggregate(
   def next_exhausted(acc_state, steps_done):
     if budget is None:
       return jnp.zeros((), bool)
+    if schedule.planned is not None:   # the host's plan (float64, certified)
+      return jnp.asarray(steps_done) >= schedule.planned
     ahead = accountant.compose(acc_state, event, charge(steps_done))
     return accountant.epsilon(ahead, budget[1]) > budget[0]
 
@@ -181,7 +452,8 @@ def dp_aggregate(
         accountant_state=acc_state,
         steps=jnp.zeros((), jnp.int32),
         exhausted=(next_exhausted(acc_state, jnp.zeros((), jnp.int32)) if accounting
-                   else jnp.zeros((), bool)))
+                   else jnp.zeros((), bool)),
+        schedule=schedule)
 
   def update_fn(updates, state, params=None, *, mask=None, **extra_args):
     del params, extra_args
@@ -208,7 +480,8 @@ def dp_aggregate(
     else:
       acc_state, exhausted = (), state.exhausted
     new_state = DpAggregateState(key=key, accountant_state=acc_state,
-                                 steps=state.steps + 1, exhausted=exhausted)
+                                 steps=state.steps + 1, exhausted=exhausted,
+                                 schedule=state.schedule)
     return jax.tree_util.tree_unflatten(treedef, out), new_state
 
   return _optax.GradientTransformationExtraArgs(init_fn, update_fn)
@@ -253,18 +526,64 @@ def _acc_and_state(opt_state, accountant):
   return accountant, state.accountant_state
 
 
+def _schedule_read(kind, opt_state, value, accountant):
+  """The known schedule's answer, or None where the accountant decides."""
+  state = find_state(opt_state)
+  schedule = state.schedule
+  if schedule is None or not (accountant is None or isinstance(accountant, str)):
+    return None
+  host = schedule.host if accountant is None else accountant
+  if host is None:
+    return None
+  if host not in ("rdp", "pld"):
+    raise ValueError(f"accountant must be 'rdp', 'pld' or an Accountant; found {accountant!r}.")
+  if _numerics.is_concrete(state.steps) and _numerics.is_concrete(value):
+    return schedule.host_value(kind, np.asarray(state.steps), value, host)
+  dtype = (state.accountant_state.rdp.dtype
+           if isinstance(state.accountant_state, _accountant.RdpState) else jnp.result_type(float))
+  if kind == "epsilon":
+    _numerics.check_array("delta", value, low=0.0, high=1.0, low_open=True, high_open=True)
+    return _schedule_epsilon(schedule, state.steps, value, dtype)
+  _numerics.check_array("epsilon", value, low=0.0)
+  charges = schedule.charges(jnp.asarray(state.steps))
+  d = _table_delta(schedule, "main", charges, value, dtype)
+  return jnp.where(jnp.asarray(state.steps) == 0, 0.0, d)
+
+
 def epsilon(opt_state, delta, accountant=None):
   """ε spent so far at ``delta``, read from the optimizer state.
 
-  Pure (works inside jit). ``accountant`` must be the one given to
-  :func:`dp_aggregate` when that was not the default RDP/CDP accountant.
+  For a transform built with a host accountant ("rdp", the default, or
+  "pld"): read on the host (concrete state and δ) it is
+  ``jaxdp.epsilon(sampler_or_q, sigma, steps, delta, accountant=...)``, the
+  same number; inside jit, the RDP value of the known schedule (every real
+  order for Poisson sampling: its per-step curve on a fine order grid,
+  float64 on the host once, with the chord bound between orders; the
+  host's grid for the other samplers; truncated Poisson also through the
+  overflow coupling). ``accountant`` may name the host accountant ("rdp" or
+  "pld") to read, or must be the Accountant given to :func:`dp_aggregate`
+  when that was one (then its own read-out, pure).
+
+  Args:
+    opt_state: an optimizer state holding one :class:`DpAggregateState`.
+    delta: δ in (0, 1).
+    accountant: None, "rdp", "pld" or an Accountant (see above).
+
+  Returns:
+    ε: NumPy float64 on the host path, else a scalar array.
   """
+  out = _schedule_read("epsilon", opt_state, delta, accountant)
+  if out is not None:
+    return out
   acc, acc_state = _acc_and_state(opt_state, accountant)
   return acc.epsilon(acc_state, delta)
 
 
 def delta(opt_state, epsilon, accountant=None):  # pylint: disable=redefined-outer-name
-  """δ spent so far at ``epsilon``, read from the optimizer state."""
+  """δ spent so far at ``epsilon``, read from the optimizer state (as :func:`epsilon`)."""
+  out = _schedule_read("delta", opt_state, epsilon, accountant)
+  if out is not None:
+    return out
   acc, acc_state = _acc_and_state(opt_state, accountant)
   return acc.delta(acc_state, epsilon)
 
