@@ -144,6 +144,16 @@ def sigma(target_epsilon=None, delta=None, q=None, steps=None, *, accountant: st
   * σ·(1 - rtol) does not meet the target (tight), unless σ is the lower end
     of :data:`SIGMA_RANGE` (the target is met by any σ in the range).
 
+  One answer per row, whatever batch it arrives in: a target ε = 0 (met
+  with δ > 0 once σ is large enough: ε jumps to 0 there) takes the same
+  feasibility search alone or in any batch (bitwise the same σ, the smallest
+  to rtol whose ε is 0; ``accountant="pld"`` gives the same RDP boundary,
+  checked by the PLD, never above it). Other targets are solved by a probe
+  search for up to 16 rows and by the batched secant solver beyond; both
+  answers meet the target and are tight to rtol, so they differ by at most
+  rtol relative (tested; often bitwise equal). :func:`jaxdp.sweep.sigma`
+  chunks are calls of this function.
+
   Special cases: q = 0 or steps = 0 spend nothing → σ = 0. A target that even
   σ = SIGMA_RANGE[1] cannot meet (e.g. ε below what the RDP conversion can
   certify for this δ) → ``inf`` and a :class:`RuntimeWarning`; never NaN.

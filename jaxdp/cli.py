@@ -2,15 +2,15 @@
 
 Examples::
 
-  jaxdp epsilon --q 0.004 --sigma 1.1 --steps 14062 --delta 1e-5
+  jaxdp epsilon --q 0.0042667 --sigma 1.1 --steps 14040 --delta 1e-5
   jaxdp epsilon --batch-size 256 --dataset-size 60000 --epochs 60 --sigma 1.1 --delta 1e-5
-  jaxdp epsilon --q 0.004 --sigma 1.1 --steps 14062 --delta 1e-5 --tuning geometric:10
-  jaxdp epsilon --q 0.004 --sigma 1.1 --steps 14062 --delta 1e-5 --tradeoff 0.001,0.01,0.1
-  jaxdp delta --q 0.004 --sigma 1.1 --steps 14062 --epsilon 3
-  jaxdp calibrate --target-epsilon 3 --delta 1e-5 --q 0.004 --steps 14062
-  jaxdp calibrate --solve steps --target-epsilon 3 --delta 1e-5 --q 0.004 --sigma 1.1
+  jaxdp epsilon --q 0.0042667 --sigma 1.1 --steps 14040 --delta 1e-5 --tuning geometric:10
+  jaxdp epsilon --q 0.0042667 --sigma 1.1 --steps 14040 --delta 1e-5 --tradeoff 0.001,0.01,0.1
+  jaxdp delta --q 0.0042667 --sigma 1.1 --steps 14040 --epsilon 3
+  jaxdp calibrate --target-epsilon 3 --delta 1e-5 --q 0.0042667 --steps 14040
+  jaxdp calibrate --solve steps --target-epsilon 3 --delta 1e-5 --q 0.0042667 --sigma 1.1
   jaxdp calibrate --solve sampling-rate --target-epsilon 3 --delta 1e-5 --sigma 1.1 \\
-      --steps 14062 --dataset-size 60000
+      --steps 14040 --dataset-size 60000
   jaxdp sweep grid.csv --out results.csv
   jaxdp sweep grid.csv --out results.csv --tuning poisson:10
 

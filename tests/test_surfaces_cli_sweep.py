@@ -192,7 +192,7 @@ def test_sampling_docstring_example_runs_on_pytree_gradients():
 
   env = dict(jax=jax, jnp=jnp, jaxdp=jaxdp, run_key=jax.random.key(0),
              data=jnp.ones((600, 3)), per_example_grads=per_example_grads, epochs=2,
-             acc=Acc(), state=state, sigma=1.0)
+             acc=Acc(), state=state, sigma=1.0, steps=None)
   exec(compile(code, "sampling docstring", "exec"), env)  # pylint: disable=exec-used
   params = {"w": jnp.ones((3, 2)), "b": jnp.float32(1.0)}
   grads = jax.jit(env["train_step"])(params, 5)
@@ -213,15 +213,24 @@ def _zero_sigma_checks(s, accountant="rdp", rtol=1e-6):
   assert jaxdp.epsilon(0.01, s * (1 - rtol), 1000, 1e-5, accountant=accountant) > 0.0
 
 
-def test_zero_target_sigma_does_not_depend_on_the_batch():
+def test_sigma_does_not_depend_on_the_batch():
+  """ε = 0: bitwise the same alone, in a 17-row batch (the batched solver) and
+  in a sweep cut into chunks of 9 and 8 (the few-question solver). Other
+  targets: the two solvers' answers are both certified and tight to rtol, so
+  they differ by at most rtol (the documented tolerance, jaxdp.calibrate)."""
+  rtol = 1e-6
+  targets = np.concatenate([[0.0], np.linspace(0.5, 5.0, 16)])
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
     alone = calibrate.sigma(0.0, 1e-5, 0.01, 1000)
-    targets = np.concatenate([[0.0], np.linspace(0.5, 5.0, 16)])   # 17 rows: batched solver
     batch = calibrate.sigma(targets, 1e-5, 0.01, 1000)
-  _zero_sigma_checks(alone)
-  assert batch[0] == alone
-  assert np.all(jaxdp.epsilon(0.01, batch[1:], 1000, 1e-5) <= targets[1:])
+    chunked = sweep.sigma(targets, 1e-5, 0.01, 1000, chunk_size=9)
+  _zero_sigma_checks(alone, rtol=rtol)
+  assert batch[0] == alone and chunked[0] == alone
+  for s in (batch, chunked):
+    assert np.all(jaxdp.epsilon(0.01, s[1:], 1000, 1e-5) <= targets[1:])
+    assert np.all(jaxdp.epsilon(0.01, s[1:] * (1 - rtol), 1000, 1e-5) > targets[1:])
+  assert np.all(np.abs(batch[1:] / chunked[1:] - 1) <= rtol * (1 + 1e-6))
 
 
 def test_zero_target_pld_not_above_rdp():
