@@ -291,6 +291,10 @@ def tight_one(name, q, sigma, steps, value, *, rtol=1e-3):
   what the ``jaxdp`` command answers: a fresh process would otherwise spend
   seconds compiling the batched kernel (:mod:`jaxdp.pld`) for one
   configuration. Both engines are certified; their intervals overlap (tested).
+  Where the general engine cannot answer (a grid beyond its memory budget,
+  e.g. σ = 1e-4, or an upper ε of +∞) the answer is the batched kernel's,
+  exactly what :func:`epsilon` / :func:`delta` with ``accountant="pld"``
+  report (:func:`_kernel_one`), never an error about an internal grid.
 
   Args:
     name: "epsilon" (``value`` is δ) or "delta" (``value`` is ε).
@@ -317,7 +321,12 @@ def tight_one(name, q, sigma, steps, value, *, rtol=1e-3):
     return 0.0, 0.0, rdp_up
   phases = poisson_phases(q, sigma, steps)
   fn = pld_general.epsilon if name == "epsilon" else pld_general.delta
-  lo, up = fn(phases, value, rtol=rtol, return_bounds=True)
+  try:
+    lo, up = fn(phases, value, rtol=rtol, return_bounds=True)
+  except pld_general.GridTooLarge:
+    return _kernel_one(name, q, sigma, steps, value)
+  if name == "epsilon" and not np.isfinite(up):
+    return _kernel_one(name, q, sigma, steps, value)
   # One-step consistency was checked by pld_general's own guard (for ε as
   # δ_1(ε_upper) <= δ); the one-step δ raises the lower bound for δ.
   one = (pld_general.one_step_delta(phases, value) if name == "delta" else None)
@@ -325,3 +334,16 @@ def tight_one(name, q, sigma, steps, value, *, rtol=1e-3):
   lo, up = _guards.check(name, np.atleast_1d(lo), np.atleast_1d(up), one, np.ones(1, bool),
                          lambda mask: np.full(int(mask.sum()), rdp_up), certified_upper=rdp_up)
   return float(lo[0]), float(up[0]), rdp_up
+
+
+def _kernel_one(name, q, sigma, steps, value):
+  """:func:`tight_one` where the general engine cannot answer (its grid would
+  exceed the memory budget, e.g. σ = 1e-4, or its upper ε is +∞): the
+  batched kernel's guarded interval and RDP bound, the very numbers
+  :func:`epsilon` / :func:`delta` with ``accountant="pld"`` report (their
+  answer is ``min(upper, rdp_upper)`` too), at the price of compiling the
+  kernel (seconds, once per process)."""
+  from jaxdp import pld  # pylint: disable=g-import-not-at-top
+  with nx.x64():
+    lo, up, rdp_up = pld.guarded_bounds(name, q, sigma, steps, value)
+  return float(lo), float(up), float(rdp_up)

@@ -1,4 +1,9 @@
-"""Balls-in-bins with a capacity: the untruncated bound plus the overflow probability.
+"""Samplers with a capacity: the untruncated bound plus the overflow probability.
+
+Balls-in-bins (below) and truncated Poisson sampling
+(:func:`poisson_overflow_probability`: a step overflows when its Binomial
+batch exceeds the capacity) share the argument and the two functions
+:func:`delta` and :func:`epsilon`.
 
 A :func:`jaxdp.sampling.balls_in_bins` sampler cuts a bin holding more than
 ``capacity`` examples to a uniformly random ``capacity``-subset. Run the
@@ -60,12 +65,58 @@ def overflow_probability(dataset_size, batch_size, capacity, epochs) -> float:
   return float(min(1.0, math.exp(min(math.log(epochs * k) + log_tail, 0.0))))
 
 
+def poisson_overflow_probability(dataset_size, q, capacity, steps) -> float:
+  """Upper bound on P[some batch of ``steps`` truncated-Poisson steps exceeds ``capacity``].
+
+  The datasets of a neighbouring pair hold N - 1, N or N + 1 examples
+  (add/remove around N = ``dataset_size``; replace-one keeps N); a larger
+  dataset overflows more often (Binomial(n, q) is stochastically increasing
+  in n), so n = N + 1 bounds every side. Per step
+  p₁ = P[Binomial(N + 1, q) >= capacity + 1], from the rigorous bracket of
+  :func:`jaxdp._rdp_truncated._binomial_upper_tail` (explicit pmf terms plus
+  a geometric remainder, its upper end rounded up); over T independent steps
+  1 - (1 - p₁)^T, computed as -expm1(T·log1p(-p₁)) with a relative margin
+  of 1e-12 added (it is increasing in p₁, so the upper end of p₁ gives an
+  upper bound).
+
+  Args:
+    dataset_size: N.
+    q: the sampling rate.
+    capacity: the sampler's buffer length C.
+    steps: number of steps T (elementwise over an array).
+
+  Returns:
+    Float64 NumPy array of the shape of ``steps``, in [0, 1].
+  """
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from jaxdp import _numerics as nx  # pylint: disable=g-import-not-at-top
+  from jaxdp import _rdp_truncated as rt  # pylint: disable=g-import-not-at-top
+  steps = np.asarray(steps, np.float64)
+  n, c, q = float(dataset_size) + 1.0, float(capacity) + 1.0, float(q)
+  if c > n or q <= 0.0:
+    return np.zeros(steps.shape)
+  if q >= 1.0:
+    return np.where(steps > 0, 1.0, 0.0)
+  with nx.x64():
+    log_p1 = float(rt._binomial_upper_tail(  # pylint: disable=protected-access
+        jnp.asarray(c, jnp.float64), jnp.asarray(n, jnp.float64),
+        jnp.asarray(q, jnp.float64)).log_t_hi)
+  p1 = min(math.exp(log_p1) * (1.0 + 1e-12), 1.0)
+  with np.errstate(divide="ignore"):
+    out = -np.expm1(steps * math.log1p(-p1)) if p1 < 1.0 else np.where(steps > 0, 1.0, 0.0)
+  return np.minimum(np.where(steps > 0, out * (1.0 + 1e-12), 0.0), 1.0)
+
+
 def _untruncated(sampler):
   return dataclasses.replace(sampler, capacity=sampler.dataset_size)
 
 
 def _overflow(sampler, steps):
-  """overflow_probability for the epochs started by ``steps`` (elementwise)."""
+  """Overflow probability bound of the run of ``steps`` steps (elementwise):
+  :func:`poisson_overflow_probability` for a truncated Poisson sampler,
+  :func:`overflow_probability` over the epochs started otherwise."""
+  if hasattr(sampler, "q"):
+    return poisson_overflow_probability(sampler.dataset_size, sampler.q, sampler.capacity, steps)
   epochs = np.ceil(np.asarray(steps, np.float64) / sampler.steps_per_epoch - 1e-12)
   return np.vectorize(lambda e: overflow_probability(sampler.dataset_size, sampler.batch_size,
                                                      sampler.capacity, e))(epochs)
@@ -77,9 +128,11 @@ def delta(forward, sampler, sigma, steps, epsilon, orders):
   ``forward(kind, sampler, sigma, steps, value, orders)`` is the RDP answer
   for an untruncated sampler (``jaxdp._sampler_api``).
   """
+  p = np.broadcast_to(_overflow(sampler, steps), np.shape(epsilon))
+  if not np.any(2.0 * p < 1.0):   # (1 + e^ε)·p >= 1: the bound is trivial
+    return np.ones(np.shape(epsilon))
   d_u = np.asarray(forward("delta", _untruncated(sampler), sigma, steps, epsilon, orders),
                    np.float64)
-  p = _overflow(sampler, steps)
   with np.errstate(over="ignore"):
     extra = (1.0 + np.exp(np.asarray(epsilon, np.float64))) * p
   return np.minimum(np.nextafter(d_u + extra, np.inf), 1.0)
@@ -94,9 +147,11 @@ def epsilon(forward, sampler, sigma, steps, target_delta, orders):
   """
   target_delta = np.asarray(target_delta, np.float64)
   unt = _untruncated(sampler)
+  p = np.broadcast_to(_overflow(sampler, steps), np.shape(target_delta))
+  if not np.any(2.0 * p <= target_delta / 2.0):   # (1 + e^E)·p >= 2p: the split fails
+    return np.full(np.shape(target_delta), np.inf)
   e_half = np.asarray(forward("epsilon", unt, sigma, steps, target_delta / 2.0, orders),
                       np.float64)
-  p = _overflow(sampler, steps)
   with np.errstate(over="ignore"):
     extra = np.nextafter((1.0 + np.exp(np.minimum(e_half, 700.0))) * p, np.inf)
   ok = np.isfinite(e_half) & (e_half < 700.0) & (extra <= target_delta / 2.0)

@@ -255,25 +255,39 @@ def _forward(kind, sampler, sigma, steps, value, accountant, orders):
     else:
       out = _rdp.to_delta(jnp.asarray(total), orders, jnp.asarray(value))
     out = np.nextafter(np.asarray(out, np.float64), np.inf)  # round up
-  if _truncated_bins(sampler):
-    # Also the untruncated bound plus the overflow probability (coupling,
-    # jaxdp._bins_coupling): far tighter than the unamplified-epoch fallback
-    # whenever the capacity is a few standard deviations above N/k.
-    from jaxdp import _bins_coupling  # pylint: disable=g-import-not-at-top
-    fn = _bins_coupling.epsilon if kind == "epsilon" else _bins_coupling.delta
-    out = np.minimum(out, fn(_rdp_forward, sampler, sigma, steps, value, orders))
+  out = _with_coupling(kind, sampler, sigma, steps, value, out, "rdp", orders)
   if kind == "delta":
     out = np.minimum(out, 1.0)
   return nx.to_host(np.where(steps == 0, 0.0, out))
+
+
+def _with_coupling(kind, sampler, sigma, steps, value, out, accountant, orders):
+  """``out`` and, for a sampler with a capacity below N, the untruncated
+  sampler's answer (same accountant) plus the overflow probability
+  (coupling, :mod:`jaxdp._bins_coupling`), whichever is smaller (both are
+  certified). Far tighter than the truncated analyses (the unamplified-epoch
+  fallback of balls-in-bins; the two-block pair of truncated Poisson, whose
+  ε early in training is ~1.6x Poisson's at capacity 128 of 64) whenever the
+  capacity is a few standard deviations above the mean batch."""
+  if not _truncated(sampler):
+    return out
+  from jaxdp import _bins_coupling  # pylint: disable=g-import-not-at-top
+
+  def forward(kind_, sampler_, sigma_, steps_, value_, orders_):
+    return _forward(kind_, sampler_, sigma_, steps_, value_, accountant, orders_)
+
+  fn = _bins_coupling.epsilon if kind == "epsilon" else _bins_coupling.delta
+  return np.minimum(out, fn(forward, sampler, sigma, steps, value, orders))
 
 
 def _rdp_forward(kind, sampler, sigma, steps, value, orders):
   return _forward(kind, sampler, sigma, steps, value, "rdp", orders)
 
 
-def _truncated_bins(sampler):
+def _truncated(sampler):
+  """Balls-in-bins or Poisson sampling whose capacity can cut a batch (< N)."""
   from jaxdp import sampling as _sampling  # pylint: disable=g-import-not-at-top
-  return (isinstance(sampler, _sampling.BallsInBinsSampler)
+  return (isinstance(sampler, (_sampling.BallsInBinsSampler, _sampling.PoissonSampler))
           and sampler.capacity < sampler.dataset_size)
 
 
@@ -300,36 +314,233 @@ def _mechanisms(sampler, sigma):
   try:
     return event_mechanisms(ev)
   except TypeError:
-    raise ValueError(
-        f"accountant='pld' is not available for the {type(sampler).__name__} sampler "
-        f"({type(ev).__name__}, relation {getattr(ev, 'relation', 'add_remove')!r}) yet; "
-        "use accountant='rdp' (never a Poisson substitute).") from None
+    raise ValueError(_no_tight_path(sampler, ev)) from None
 
 
-def _pld(kind, sampler, sigma, steps, value, orders):
-  """Tight answer: the fast path where it applies, else the general engine; min with RDP."""
-  fast = _pld_equivalent(sampler, sigma, steps)
-  if fast is not None:
-    from jaxdp import _api  # pylint: disable=g-import-not-at-top
-    fn = _api.epsilon if kind == "epsilon" else _api.delta
-    return fn(*fast, value, accountant="pld")
+def _no_tight_path(sampler, ev):
+  return (f"accountant='pld' is not available for the {type(sampler).__name__} sampler "
+          f"({type(ev).__name__}, relation {getattr(ev, 'relation', 'add_remove')!r}) yet; "
+          "use accountant='rdp' (never a Poisson substitute).")
+
+
+def _attained(sampler, sigma):
+  """Pairs whose composed ε is attained by a neighbouring pair of datasets
+  (a certified LOWER bound on the true ε), or None where the dominating
+  pairs of :func:`event_mechanisms` are themselves attained.
+
+  Fixed batches under replace-one: the pair A of
+  :func:`without_replacement_gaussian` and its reverse are attained
+  (the example and the others at -C, the replacement at +C, every step), so
+  max(ε(A^T), ε(A_rev^T)) <= the true ε; the symmetrised pair that the upper
+  bound composes may be larger. Truncated Poisson (capacity < N): None here,
+  its lower end comes from the coupling (:func:`_coupling_lower`)."""
+  ev = sampler.event(sigma)
+  if isinstance(ev, _events.SampledWithoutReplacementGaussian) and ev.relation == "replace_one":
+    g = float(ev.batch_size) / float(ev.dataset_size)
+    a = _pairs.gaussian_mixture_pair([0.0, 2.0], [1 - g, g], [0.0], [1.0], float(sigma))
+    # the reverse order, reflected (x -> -x) so that its loss is nondecreasing
+    rev = _pairs.gaussian_mixture_pair([0.0], [1.0], [0.0, -2.0], [1 - g, g], float(sigma))
+    return [_pairs.Mechanism(a, rev)]
+  return None
+
+
+def _general(kind, sampler, sigma, steps, value, lower=True, **kw):
+  """(lower or None, upper) of the general engine (:mod:`jaxdp.pld_general`)
+  for each configuration: the max over the dominating pairs of both ends.
+  Where the engine cannot answer (a grid beyond its memory budget) the
+  interval is the trivial one: lower 0, upper +∞ (δ: 1), so that the
+  public answer is the RDP bound there."""
   from jaxdp import pld_general  # pylint: disable=g-import-not-at-top
-  out = np.empty(sigma.shape)
+  lo, up = np.zeros(sigma.shape), np.zeros(sigma.shape)
+  top = np.inf if kind == "epsilon" else 1.0
   for s, t in set(zip(sigma.ravel().tolist(), steps.ravel().tolist())):
     sel = (sigma == s) & (steps == t)
     mechs = _mechanisms(sampler, s)
     count = int(compositions(sampler, sampler.event(s), t))
     if count == 0:
-      out[sel] = 0.0
       continue
-    fn = pld_general.epsilon if kind == "epsilon" else pld_general.delta
-    out[sel] = np.max([np.asarray(fn([(m, count)], value[sel]), np.float64) for m in mechs], axis=0)
-  # Every sampler event's RDP analyses the same relation: the min is sound.
-  out = np.minimum(out, np.asarray(_forward(kind, sampler, sigma, steps, value, "rdp", orders),
+    try:
+      up[sel] = np.max([_general_side(kind, [(m, count)], value[sel], True, kw)
+                        for m in mechs], axis=0)
+      if lower:
+        low = _attained(sampler, s) or mechs
+        lo[sel] = np.max([_general_side(kind, [(m, count)], value[sel], False, kw)
+                          for m in low], axis=0)
+    except pld_general.GridTooLarge:
+      lo[sel], up[sel] = 0.0, top
+  return (lo if lower else None), up
+
+
+def _general_side(kind, phases, value, upper, kw):
+  """One end of the general engine's interval for one mechanism."""
+  from jaxdp import pld_general  # pylint: disable=g-import-not-at-top
+  if kind == "epsilon" and not kw:
+    return np.asarray(pld_general.epsilon_side(phases, value, upper=upper), np.float64)
+  fn = pld_general.epsilon if kind == "epsilon" else pld_general.delta
+  lo, up = fn(phases, value, return_bounds=True, **kw)
+  return np.asarray(up if upper else lo, np.float64)
+
+
+def _truncated_poisson(sampler):
+  return _truncated(sampler) and hasattr(sampler, "q")
+
+
+def _engine_forward(kind, sampler, sigma, steps, value, orders):
+  """min(general engine's upper end, RDP) for an untruncated sampler: the
+  coupling's untruncated answer (certified; no XLA program to compile)."""
+  _, up = _general(kind, sampler, sigma, steps, value, lower=False)
+  return np.minimum(up, np.asarray(_forward(kind, sampler, sigma, steps, value, "rdp", orders),
                                    np.float64))
+
+
+def _tight_upper(kind, sampler, sigma, steps, value, **kw):
+  """Upper end of the tight interval of a sampler without a Poisson-sampled
+  Gaussian equivalent (see :func:`pld_bounds`)."""
+  if not _truncated_poisson(sampler):
+    return _general(kind, sampler, sigma, steps, value, lower=False, **kw)[1]
+  from jaxdp import _bins_coupling  # pylint: disable=g-import-not-at-top
+  fn = _bins_coupling.epsilon if kind == "epsilon" else _bins_coupling.delta
+  up = np.asarray(fn(_engine_forward, sampler, sigma, steps, value, None), np.float64)
+  if sampler.relation == "add_remove":   # replace-one: no dominating pair, the coupling only
+    up = np.minimum(up, _general(kind, sampler, sigma, steps, value, lower=False, **kw)[1])
+  return up
+
+
+def _coupling_lower(kind, sampler, sigma, steps, value, upper, **kw):
+  """Certified lower end for a truncated Poisson sampler (capacity < N).
+
+  The coupling of :mod:`jaxdp._bins_coupling` read the other way: with p the
+  overflow bound, δ_trunc(ε) >= δ_untrunc(ε) - (1 + e^ε)·p. For ε: with U
+  >= the value claimed (the truncated sampler's upper end) and
+  δ'' = δ + (1 + e^U)·p, every ε < L = lower_untrunc(δ'') has
+  δ_untrunc(ε) > δ'', so δ_trunc(ε) > δ: the true ε is >= min(L, U).
+  For δ at ε: lower_untrunc(ε) - (1 + e^ε)·p. Zero where p is too large."""
+  from jaxdp import _bins_coupling  # pylint: disable=g-import-not-at-top
+  unt = _bins_coupling._untruncated(sampler)  # pylint: disable=protected-access
+  p = np.broadcast_to(_bins_coupling._overflow(sampler, steps), sigma.shape)  # pylint: disable=protected-access
+  with np.errstate(over="ignore"):
+    if kind == "delta":
+      lo_u, _ = _general(kind, unt, sigma, steps, value, **kw)
+      return np.maximum(lo_u - np.nextafter((1.0 + np.exp(value)) * p, np.inf), 0.0)
+    extra = np.nextafter((1.0 + np.exp(np.minimum(upper, 700.0))) * p, np.inf)
+  ok = np.isfinite(upper) & (value + extra < 1.0)
+  if not np.any(ok):
+    return np.zeros(sigma.shape)
+  lo_u, _ = _general(kind, unt, sigma, steps, np.where(ok, value + extra, value), **kw)
+  return np.where(ok, np.minimum(lo_u, upper), 0.0)
+
+
+def pld_bounds(kind, sampler, sigma, steps, value, value_discretization_interval=None,
+               rtol=1e-3):
+  """Certified PLD interval ``(lower, upper)`` of a sampler's run (host, float64).
+
+  ``kind`` "epsilon" (value = δ) or "delta" (value = ε); arrays of one shape.
+
+  * Samplers whose event is a Poisson-sampled Gaussian (Poisson without
+    truncation, add/remove; fixed batches under add/remove; shuffling):
+    :func:`jaxdp.pld.epsilon` / :func:`jaxdp.pld.delta` of that Gaussian's
+    (q, σ, compositions) with ``return_bounds=True``: the same interval.
+  * Fixed batches under replace-one, Poisson under replace-one: the general
+    engine (:mod:`jaxdp.pld_general`), the upper end from the event's
+    dominating pairs (:func:`event_mechanisms`), the lower end from pairs a
+    neighbouring pair of datasets attains (:func:`_attained`), the max over
+    the pairs for each end. Where the engine cannot answer, (0, +∞) (δ: (0, 1)).
+  * Truncated Poisson (capacity < N): the upper end is the smaller of the
+    dominating pairs' (add/remove; the max over the neighbour sizes N and
+    N + 1) and the coupling with the untruncated sampler
+    (:mod:`jaxdp._bins_coupling`); the lower end is the coupling's
+    (:func:`_coupling_lower`: the two-block pairs are not attained).
+
+  Raises:
+    ValueError: naming the sampler where no tight path exists (balls-in-bins).
+  """
+  kw = {} if value_discretization_interval is None and rtol == 1e-3 else dict(
+      value_discretization_interval=value_discretization_interval, rtol=rtol)
+  fast = _pld_equivalent(sampler, sigma, steps)
+  if fast is not None:
+    from jaxdp import pld  # pylint: disable=g-import-not-at-top
+    fn = pld.epsilon if kind == "epsilon" else pld.delta
+    lo, up = fn(*fast, value, return_bounds=True, **kw)
+    return np.asarray(lo, np.float64), np.asarray(up, np.float64)
+  if _truncated_poisson(sampler):
+    up = _tight_upper(kind, sampler, sigma, steps, value, **kw)
+    lo = _coupling_lower(kind, sampler, sigma, steps, value, up, **kw)
+  else:
+    lo, up = _general(kind, sampler, sigma, steps, value, **kw)
+  zero = steps == 0
+  return np.where(zero, 0.0, np.minimum(lo, up)), np.where(zero, 0.0, up)
+
+
+def pld_entry(kind, sampler, sigma, steps, value, value_discretization_interval, rtol,
+              return_bounds):
+  """:func:`jaxdp.pld.epsilon` / :func:`jaxdp.pld.delta` of a sampler: the
+  interval of :func:`pld_bounds` (validated, broadcast; NumPy float64).
+
+  :func:`jaxdp.epsilon` with ``accountant="pld"`` returns min(upper, RDP)
+  (:func:`_pld`), so it lies in [lower, RDP]; for the samplers with a
+  Poisson-sampled Gaussian equivalent its upper end is the kernel's before
+  :mod:`jaxdp._pld_fallback` intersects extreme intervals (+∞ or over 10%
+  wide) with the general engine's, the same as the plain-rate answer."""
+  nx.check_array("sigma", sigma, low=0.0, low_open=True)
+  nx.check_array("steps", steps, low=0.0, integer=True)
+  if kind == "epsilon":
+    nx.check_array("delta", value, low=0.0, high=1.0, low_open=True)
+  else:
+    nx.check_array("epsilon", value, low=0.0, allow_inf=True)
+  nx.check_array("rtol", rtol, low=0.0, low_open=True, high=0.1)
+  if value_discretization_interval is not None:
+    nx.check_array("value_discretization_interval", value_discretization_interval,
+                   low=0.0, low_open=True)
+  shape = nx.check_same_shape(sigma=sigma, steps=steps, **{"delta" if kind == "epsilon"
+                                                           else "epsilon": value})
+  sigma, steps, value = (np.broadcast_to(np.asarray(a, np.float64), shape)
+                         for a in (sigma, steps, value))
+  ev = sampler.event(float(sigma.reshape(-1)[0]) if sigma.size else 1.0)
+  if _pld_equivalent(sampler, sigma, steps) is None and not _truncated_poisson(sampler):
+    try:
+      event_mechanisms(ev)
+    except TypeError:
+      raise ValueError(f"sampler: no tight (PLD) interval for {sampler!r} "
+                       f"({type(ev).__name__}); use jaxdp.epsilon(sampler, ..., "
+                       "accountant='rdp').") from None
+  with nx.x64():
+    lo, up = pld_bounds(kind, sampler, sigma, steps, value, value_discretization_interval, rtol)
+  lo, up = nx.to_host(np.asarray(lo).reshape(shape)), nx.to_host(np.asarray(up).reshape(shape))
+  return (lo, up) if return_bounds else up
+
+
+def _pld(kind, sampler, sigma, steps, value, orders):
+  """The public tight answer: min(PLD upper end, RDP), both certified.
+
+  For samplers with a Poisson-sampled Gaussian equivalent this is
+  ``jaxdp.epsilon(q, σ', compositions, δ, accountant="pld")`` of that
+  Gaussian (the kernel's guarded upper end and its RDP bound, bit for bit the
+  plain-rate answer), also bounded by the sampler's own RDP answer where the
+  sampler is not plain Poisson sampling. Otherwise min(upper end of
+  :func:`pld_bounds`, the sampler's RDP answer), where the upper end is +∞
+  when the engine cannot answer: the RDP answer is returned there.
+  """
+  fast = _pld_equivalent(sampler, sigma, steps)
+  if fast is not None:
+    from jaxdp import _api  # pylint: disable=g-import-not-at-top
+    fn = _api.epsilon if kind == "epsilon" else _api.delta
+    out = np.asarray(fn(*fast, value, accountant="pld"), np.float64)
+    if not _plain_poisson(sampler):
+      out = np.minimum(out, np.asarray(_forward(kind, sampler, sigma, steps, value, "rdp",
+                                                orders), np.float64))
+    return nx.to_host(out)
+  up = _tight_upper(kind, sampler, sigma, steps, value)
+  # Every sampler event's RDP analyses the same relation: the min is sound.
+  out = np.minimum(up, np.asarray(_forward(kind, sampler, sigma, steps, value, "rdp", orders),
+                                  np.float64))
   if kind == "delta":
     out = np.minimum(out, 1.0)
-  return nx.to_host(out)
+  return nx.to_host(np.where(steps == 0, 0.0, out))
+
+
+def _plain_poisson(sampler):
+  ev = sampler.event(1.0)
+  return isinstance(ev, _events.SampledGaussian) and ev.relation == "add_remove"
 
 
 def _check_budget(target_epsilon, delta, name, value, value_check):
@@ -342,12 +553,56 @@ def _check_budget(target_epsilon, delta, name, value, value_check):
   nx.check_array("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
 
 
+# The tight calibrations search to this relative tolerance at the finest: the
+# PLD upper bound's own grid accuracy (rtol 1e-3, as jaxdp._tight_calibrate).
+_PLD_RTOL = 1e-3
+
+
+def _tight_probe(sampler, steps, delta, target):
+  """probe(σ) -> (public ε <= target, log(tight ε / target)), one evaluation:
+  the public PLD answer min(tight, RDP) decides, the tight part steers."""
+  def probe(sigma, steps=steps):
+    args = tuple(np.asarray(float(v), np.float64) for v in (sigma, steps, delta))
+    tight, rdp = _pld_parts(sampler, *args)
+    public = min(tight, rdp)
+    g = math.log(max(tight, 1e-300) / max(target, 1e-300)) if math.isfinite(tight) else math.inf
+    return public <= target, g
+  return probe
+
+
+def _pld_parts(sampler, sigma, steps, delta, orders=None):
+  """(tight upper ε, RDP ε) whose minimum :func:`epsilon` with
+  ``accountant="pld"`` returns (the same computations, scalars)."""
+  if steps == 0:
+    return 0.0, 0.0
+  fast = _pld_equivalent(sampler, sigma, steps)
+  if fast is not None:
+    from jaxdp import pld  # pylint: disable=g-import-not-at-top
+    with nx.x64():
+      _, up, rdp_eq = pld.guarded_bounds("epsilon", *fast, delta)
+    if _plain_poisson(sampler):
+      return float(up), float(rdp_eq)
+    rdp = float(_forward("epsilon", sampler, sigma, steps, delta, "rdp", orders))
+    return float(up), min(rdp, float(rdp_eq))
+  rdp = float(_forward("epsilon", sampler, sigma, steps, delta, "rdp", orders))
+  return float(_tight_upper("epsilon", sampler, sigma, steps, delta)), rdp
+
+
 def calibrate_sigma(sampler, target_epsilon, delta, steps, accountant="rdp", rtol=1e-6):
   """Smallest σ (within ``rtol``) whose sampler ε is <= ``target_epsilon``.
 
-  Bisection in log σ over [1e-3, 1e4] on :func:`epsilon` (ε decreases in σ);
-  the answer is the upper end of the final bracket, so it always meets the
-  target by the same function a user would check it with.  Scalars only.
+  RDP: bisection in log σ over [1e-3, 1e4] on :func:`epsilon` (ε decreases
+  in σ); the answer is the upper end of the final bracket, so it always
+  meets the target by the same function a user would check it with.
+
+  PLD (``accountant="pld"``; ``rtol`` raised to 1e-3, the PLD grid's own
+  accuracy): the RDP answer meets the target (the tight answer is
+  min(PLD, RDP)), so the search starts there and brackets below it with the
+  tight accountant only (:func:`jaxdp._tight_calibrate.descend`: secant
+  bracketing, then Illinois false position), a probe the engine cannot
+  answer counting as "does not meet the target" (conservative: it can only
+  give a larger σ). Every probe is the computation :func:`epsilon` makes,
+  and only a probe that met the target is returned. Scalars only.
 
   Returns:
     σ as a NumPy float64; ``inf`` when even σ = 1e4 does not meet the target.
@@ -356,6 +611,8 @@ def calibrate_sigma(sampler, target_epsilon, delta, steps, accountant="rdp", rto
   nx.check_array("rtol", rtol, low=0.0, low_open=True, high=0.1)
   if steps == 0:
     return np.float64(0.0)
+  if accountant == "pld":
+    return _tight_sigma(sampler, float(target_epsilon), float(delta), float(steps), rtol)
 
   def eps(s):
     return float(epsilon(sampler, s, steps, delta, accountant))
@@ -374,6 +631,48 @@ def calibrate_sigma(sampler, target_epsilon, delta, steps, accountant="rdp", rto
   return np.float64(math.exp(hi))
 
 
+def _feasible_start(probe, y, up, tries=8):
+  """(y, g) of the first feasible probe from ``y`` moving by ``up`` (the RDP
+  start meets the target by construction; round-off between the RDP paths
+  of the fast kernel could put it 1e-13 over), or None."""
+  for _ in range(tries):
+    ok, g = probe(y)
+    if ok:
+      return y, g
+    y = up(y)
+  return None
+
+
+def _tight_sigma(sampler, target, delta, steps, rtol):
+  """:func:`calibrate_sigma` with accountant="pld" (see there)."""
+  from jaxdp import _tight_calibrate as tc  # pylint: disable=g-import-not-at-top
+  rtol = max(rtol, _PLD_RTOL)
+  s_rdp = float(calibrate_sigma(sampler, target, delta, steps, "rdp", rtol=1e-4))
+  probe = _tight_probe(sampler, steps, delta, target)
+  y_probe = lambda y: probe(math.exp(y))
+  found = _feasible_start(y_probe, math.log(min(s_rdp, 1e4)), up=lambda y: y + 1e-6)
+  if found is None:      # even σ = 1e4 overspends under both accountants
+    return np.float64(np.inf)
+  y, _ = tc.descend(y_probe, *found, math.log(1e-3), rtol, slope=-1.0)
+  return np.float64(math.exp(y))
+
+
+def _tight_steps(sampler, target, delta, sigma, t_rdp, max_steps):
+  """Largest T meeting the target under accountant="pld", from the RDP answer
+  (a lower bound of it) upwards, to rtol 1e-3 (adjacent integers below 1000)."""
+  from jaxdp import _tight_calibrate as tc  # pylint: disable=g-import-not-at-top
+  probe = _tight_probe(sampler, None, delta, target)
+  value = lambda y: float(min(max(round(math.exp(-y)), 1), max_steps))
+  y_probe = lambda y: probe(sigma, steps=value(y))
+  found = _feasible_start(y_probe, -math.log(max(t_rdp, 1.0)),
+                          up=lambda y: -math.log(max(value(y) - 1.0, 1.0)))
+  if found is None:
+    return np.float64(0.0)
+  y, _ = tc.descend(y_probe, *found, -math.log(max_steps), _PLD_RTOL, slope=-0.5,
+                    snap=lambda y: -math.log(value(y)))
+  return np.float64(value(y))
+
+
 def calibrate_steps(sampler, target_epsilon, delta, sigma, accountant="rdp",
                     max_steps=2 ** 40):
   """Largest number of training steps whose sampler ε is <= ``target_epsilon``.
@@ -390,6 +689,14 @@ def calibrate_steps(sampler, target_epsilon, delta, sigma, accountant="rdp",
   def fits(t):
     return float(epsilon(sampler, sigma, t, delta, accountant)) <= target_epsilon
 
+  if accountant == "pld":
+    t_rdp = float(calibrate_steps(sampler, target_epsilon, delta, sigma, "rdp", max_steps))
+    if math.isinf(t_rdp):
+      return np.float64(np.inf)
+    if t_rdp == 0.0 and not fits(1):
+      return np.float64(0.0)
+    return _tight_steps(sampler, float(target_epsilon), float(delta), float(sigma), t_rdp,
+                        max_steps)
   if not fits(1):
     return np.float64(0.0)
   lo, hi = 1, 2
@@ -439,6 +746,11 @@ def calibrate_sampling_rate(sampler, target_epsilon, delta, sigma, steps, accoun
   if steps == 0:
     return np.float64(1.0)
   n = sampler.dataset_size
+  if accountant == "pld":
+    q_rdp = float(calibrate_sampling_rate(sampler, target_epsilon, delta, sigma, steps, "rdp",
+                                          1e-6, min_rate, orders))
+    return _tight_rate(sampler, float(target_epsilon), float(delta), float(sigma),
+                       float(steps), q_rdp, min_rate, orders)
 
   if isinstance(sampler, _sampling.PoissonSampler):
     def fits(q):
@@ -468,3 +780,41 @@ def calibrate_sampling_rate(sampler, target_epsilon, delta, sigma, steps, accoun
     mid = (lo + hi) // 2
     lo, hi = (mid, hi) if fits_b(mid) else (lo, mid)
   return np.float64(lo / n)
+
+
+def _tight_rate(sampler, target, delta, sigma, steps, q_rdp, min_rate, orders):
+  """:func:`calibrate_sampling_rate` with accountant="pld": from the RDP
+  answer (it meets the target) upwards in q (Poisson samplers, to rtol 1e-3)
+  or in the whole batch size B (the others), by
+  :func:`jaxdp._tight_calibrate.descend` in y = -log(rate)."""
+  from jaxdp import _tight_calibrate as tc  # pylint: disable=g-import-not-at-top
+  from jaxdp import sampling as _sampling  # pylint: disable=g-import-not-at-top
+  n = sampler.dataset_size
+  if isinstance(sampler, _sampling.PoissonSampler):
+    value = lambda y: min(math.exp(-y), 1.0)
+    build = lambda y: with_rate(sampler, q=value(y))
+    snap, y_end = None, 0.0
+    start = max(q_rdp, min_rate)
+    ret = value
+  else:
+    value = lambda y: float(min(max(round(math.exp(-y)), 1), n))
+    build = lambda y: with_rate(sampler, batch_size=int(value(y)))
+    snap, y_end = (lambda y: -math.log(value(y))), -math.log(n)
+    start = max(round(q_rdp * n), 1)
+    ret = lambda y: value(y) / n
+
+  def y_probe(y):
+    smp = build(y)
+    args = tuple(np.asarray(float(v), np.float64) for v in (sigma, steps, delta))
+    tight, rdp = _pld_parts(smp, *args, orders=orders)
+    g = math.log(max(tight, 1e-300) / max(target, 1e-300)) if math.isfinite(tight) else math.inf
+    return min(tight, rdp) <= target, g
+
+  y0 = -math.log(start)
+  down = (lambda y: y + 1e-6) if snap is None else (lambda y: -math.log(max(value(y) - 1, 1)))
+  found = _feasible_start(y_probe, y0, up=down)
+  if found is None:
+    return np.float64(0.0)
+  y, _ = tc.descend(y_probe, *found, y_end, _PLD_RTOL, slope=-1.0, snap=snap)
+  return np.float64(ret(y))
+

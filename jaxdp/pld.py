@@ -149,6 +149,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxdp import _api
 from jaxdp import _guards
 from jaxdp import _numerics as num
 from jaxdp import _pld_fallback
@@ -286,7 +287,10 @@ def delta(q, sigma, steps, epsilon, *, value_discretization_interval=None, rtol=
   and each group runs through vmapped, jitted kernels.
 
   Args:
-    q: sampling rate in [0, 1].
+    q: sampling rate in [0, 1], or a :mod:`jaxdp.sampling` sampler (then
+      ``steps`` are its training steps and the interval is its own, see
+      :func:`jaxdp._sampler_api.pld_bounds`; ``ValueError`` naming the
+      sampler where it has no tight path, e.g. balls-in-bins).
     sigma: noise multiplier (> 0), L2 sensitivity 1.
     steps: number of compositions T (whole number >= 0).
     epsilon: ε >= 0 (may be +inf).
@@ -303,6 +307,10 @@ def delta(q, sigma, steps, epsilon, *, value_discretization_interval=None, rtol=
   Raises:
     ValueError: naming the argument and value when an input is out of range.
   """
+  if _api.is_sampler(q):   # a jaxdp.sampling sampler: its own tight path
+    from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
+    return _sampler_api.pld_entry("delta", q, sigma, steps, epsilon,
+                                  value_discretization_interval, rtol, return_bounds)
   lo, up, _ = guarded_bounds("delta", q, sigma, steps, epsilon,
                              value_discretization_interval, rtol, full_rdp=False)
   return (lo, up) if return_bounds else up
@@ -334,6 +342,10 @@ def epsilon(q, sigma, steps, delta, *, value_discretization_interval=None, rtol=
   Raises:
     ValueError: naming the argument and value when an input is out of range.
   """
+  if _api.is_sampler(q):   # a jaxdp.sampling sampler: its own tight path
+    from jaxdp import _sampler_api  # pylint: disable=g-import-not-at-top
+    return _sampler_api.pld_entry("epsilon", q, sigma, steps, delta,
+                                  value_discretization_interval, rtol, return_bounds)
   lo, up, _ = guarded_bounds("epsilon", q, sigma, steps, delta,
                              value_discretization_interval, rtol, finite_fallback=True,
                              full_rdp=False)

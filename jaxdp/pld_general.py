@@ -78,7 +78,7 @@ from jaxdp import _numerics as nx
 from jaxdp import _pairs_discretise
 from jaxdp import pairs as _pairs
 
-__all__ = ["epsilon", "delta", "grid_interval", "loss_variance"]
+__all__ = ["epsilon", "delta", "grid_interval", "loss_variance", "GridTooLarge"]
 
 _EPS = float(np.finfo(np.float64).eps)
 _KAPPA = 1e-22           # total Chernoff-certified tail mass sent to +inf
@@ -122,6 +122,20 @@ def _validate(phases):
 
 class _TooLarge(Exception):
   pass
+
+
+class GridTooLarge(ValueError):
+  """The automatic grid cannot represent the composition within the memory
+  budget, even at the coarsest interval (:data:`_H_AUTO_LIMIT`): this engine
+  cannot answer the question (callers fall back to a certified RDP bound)."""
+
+
+# Largest automatic grid interval, in loss units. The interval grows (doubling)
+# while a grid exceeds the memory caps. Coarser grids would still be
+# certified, but the inputs that need them (losses of 1e7-1e9: σ <= 1e-3)
+# take this engine tens of seconds per doubling, where the batched kernel
+# (jaxdp.pld) answers in about one; failing fast lets callers fall back.
+_H_AUTO_LIMIT = 1.0
 
 
 def _discretize(pair, h, zeta, cache, optimistic=True):
@@ -567,11 +581,17 @@ def _run(phases, h, automatic, kappa, fn, focus, sides=(0, 1)):
       # the add and remove directions side by side (0.55 -> 0.3 s for MNIST on 2 cores)
       return nx.thread_map(one, dirs, jax_work=False)
     except _TooLarge as e:
-      if not automatic or h >= 1.0:
+      if not automatic:
         raise ValueError(
             f"value_discretization_interval={h!r} needs a grid beyond the memory budget "
             f"({e} points; at most {_MAX_WINDOW} composed); use a larger interval.") from None
-      h = min(2.0 * h, 1.0)
+      if h >= _H_AUTO_LIMIT:
+        raise GridTooLarge(
+            f"phases: the tight (PLD) accountant cannot compose these phases within its "
+            f"memory budget ({e} grid points at the coarsest automatic interval, at most "
+            f"{_MAX_WINDOW}): the privacy loss spans too wide a range (very small noise "
+            "or very many steps); use an RDP accountant for this question.") from None
+      h = min(2.0 * h, _H_AUTO_LIMIT)
 
 
 def _prepare(phases, value, name, check, value_discretization_interval, rtol):
