@@ -223,12 +223,14 @@ def _build_parser() -> argparse.ArgumentParser:
       "dataset_size, epochs. In each row exactly one of epsilon, delta, sigma, steps, q must "
       "be unknown (empty cell, null, or missing column); when sigma, steps or q is unknown, "
       "epsilon is the target budget. q may be given as batch_size/dataset_size and steps as "
-      "epochs. Invalid rows are reported on stderr with their line number and skipped; the "
+      "epochs (steps = epochs x round(1/q), jaxdp.sampling.epochs_to_steps). Other columns "
+      "(ids, notes) are copied to the output unchanged. Whole numbers (steps, batch_size, "
+      "dataset_size) are read exactly; beyond 2**53 they are refused. Invalid rows are reported on stderr with their line number and skipped; the "
       "exit status is 1 if any row failed.",
       formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("grid", help="input file, .csv or .json")
-  p.add_argument("--out", required=True, help="output file, .csv or .json (all input columns "
-                 "plus the solved ones)")
+  p.add_argument("--out", required=True, help="output file, .csv or .json (all input columns, "
+                 "unrecognised ones unchanged, plus the solved ones)")
   p.add_argument("--accountant", choices=("rdp", "pld"), default="rdp",
                  help="rdp (default) or pld")
   _add_orders(p)

@@ -41,8 +41,9 @@ sampler::
     ...
 
   steps = sampler.epochs_to_steps(epochs)   # the one rule for epochs (below)
-  acc.compose(state, sampler.event(sigma), count=steps)  # per step; per epoch
-                                                          # for the epoch samplers
+  # One event per step (poisson, fixed: count=steps); the epoch samplers'
+  # event is one epoch (balls_in_bins, shuffle: count=epochs).
+  acc.compose(state, sampler.event(sigma), count=steps)
 
 Epochs. One rule, stated here and used by every surface (samplers, the
 ``jaxdp`` command line's ``--epochs``, sweep files' ``epochs`` column,
