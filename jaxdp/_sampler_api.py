@@ -647,12 +647,16 @@ def _tight_sigma(sampler, target, delta, steps, rtol):
   """:func:`calibrate_sigma` with accountant="pld" (see there)."""
   from jaxdp import _tight_calibrate as tc  # pylint: disable=g-import-not-at-top
   rtol = max(rtol, _PLD_RTOL)
-  s_rdp = float(calibrate_sigma(sampler, target, delta, steps, "rdp", rtol=1e-4))
+  # A coarse RDP answer is a feasible start (the tight bound decides below it).
+  s_rdp = float(calibrate_sigma(sampler, target, delta, steps, "rdp", rtol=1e-2))
   probe = _tight_probe(sampler, steps, delta, target)
   y_probe = lambda y: probe(math.exp(y))
   found = _feasible_start(y_probe, math.log(min(s_rdp, 1e4)), up=lambda y: y + 1e-6)
   if found is None:      # even σ = 1e4 overspends under both accountants
     return np.float64(np.inf)
+  if not found[1] < 0.0:   # the tight bound is no better there: the RDP answer, to rtol
+    s_fine = float(calibrate_sigma(sampler, target, delta, steps, "rdp", rtol=rtol))
+    return np.float64(s_fine if y_probe(math.log(s_fine))[0] else s_rdp)
   y, _ = tc.descend(y_probe, *found, math.log(1e-3), rtol, slope=-1.0)
   return np.float64(math.exp(y))
 
