@@ -207,12 +207,13 @@ def test_optimize_dpsgd_beats_or_ties_grid_search():
                                   num_iterations=iters)
   assert np.all(plan.epsilon <= t)
   assert np.allclose(plan.noise_std, plan.sigma / plan.batch_size)
-  assert np.all(plan.steps == np.ceil(e * n / plan.batch_size - 1e-9))
+  # the one rule for epochs (jaxdp.sampling): E × round(N / B) steps
+  assert np.all(plan.steps == e * np.maximum(1, np.round(n / plan.batch_size)))
   # Grid search with the same number of calibrations (+ the two ends).
   grid = np.unique(np.round(np.geomspace(1.0, bmax, iters + 2)), axis=0)
   bs = grid.T  # (3, G)
   q = bs / n[:, None]
-  steps = np.ceil(e[:, None] * n[:, None] / bs - 1e-9)
+  steps = e[:, None] * np.maximum(1, np.round(n[:, None] / bs))
   s = calibrate.sigma(t[:, None], DELTA, q, steps, orders=ORDERS)
   best_grid = np.min(s / bs, axis=1)
   assert np.all(plan.noise_std <= best_grid * (1 + 1e-9))
