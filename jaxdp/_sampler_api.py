@@ -399,11 +399,12 @@ def _tight_upper(kind, sampler, sigma, steps, value, **kw):
   if not _truncated_poisson(sampler):
     return _general(kind, sampler, sigma, steps, value, lower=False, **kw)[1]
   from jaxdp import _bins_coupling  # pylint: disable=g-import-not-at-top
+  up = _general(kind, sampler, sigma, steps, value, lower=False, **kw)[1]   # raises for
+  # replace-one (no dominating pair with capacity < N; the coupling alone is
+  # not offered as a tight answer there)
   fn = _bins_coupling.epsilon if kind == "epsilon" else _bins_coupling.delta
-  up = np.asarray(fn(_engine_forward, sampler, sigma, steps, value, None), np.float64)
-  if sampler.relation == "add_remove":   # replace-one: no dominating pair, the coupling only
-    up = np.minimum(up, _general(kind, sampler, sigma, steps, value, lower=False, **kw)[1])
-  return up
+  return np.minimum(up, np.asarray(fn(_engine_forward, sampler, sigma, steps, value, None),
+                                   np.float64))
 
 
 def _coupling_lower(kind, sampler, sigma, steps, value, upper, **kw):
@@ -445,14 +446,15 @@ def pld_bounds(kind, sampler, sigma, steps, value, value_discretization_interval
     dominating pairs (:func:`event_mechanisms`), the lower end from pairs a
     neighbouring pair of datasets attains (:func:`_attained`), the max over
     the pairs for each end. Where the engine cannot answer, (0, +∞) (δ: (0, 1)).
-  * Truncated Poisson (capacity < N): the upper end is the smaller of the
-    dominating pairs' (add/remove; the max over the neighbour sizes N and
+  * Truncated Poisson (capacity < N, add/remove): the upper end is the
+    smaller of the dominating pairs' (the max over the neighbour sizes N and
     N + 1) and the coupling with the untruncated sampler
     (:mod:`jaxdp._bins_coupling`); the lower end is the coupling's
     (:func:`_coupling_lower`: the two-block pairs are not attained).
 
   Raises:
-    ValueError: naming the sampler where no tight path exists (balls-in-bins).
+    ValueError: naming the sampler where no tight path exists (balls-in-bins;
+      truncated Poisson under replace-one).
   """
   kw = {} if value_discretization_interval is None and rtol == 1e-3 else dict(
       value_discretization_interval=value_discretization_interval, rtol=rtol)
@@ -496,7 +498,8 @@ def pld_entry(kind, sampler, sigma, steps, value, value_discretization_interval,
   sigma, steps, value = (np.broadcast_to(np.asarray(a, np.float64), shape)
                          for a in (sigma, steps, value))
   ev = sampler.event(float(sigma.reshape(-1)[0]) if sigma.size else 1.0)
-  if _pld_equivalent(sampler, sigma, steps) is None and not _truncated_poisson(sampler):
+  trunc_add_remove = _truncated_poisson(sampler) and sampler.relation == "add_remove"
+  if _pld_equivalent(sampler, sigma, steps) is None and not trunc_add_remove:
     try:
       event_mechanisms(ev)
     except TypeError:
