@@ -29,7 +29,7 @@ pytestmark = pytest.mark.docs
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 GUIDE_PAGES = ("index", "getting_started", "choosing", "mathematics", "inloop", "cli",
-               "benchmarks", "benchmark_results", "notebooks", "api/index")
+               "benchmarks", "benchmark_results", "notebooks", "contributing", "api/index")
 
 
 @pytest.fixture(scope="module")
