@@ -206,8 +206,9 @@ def _table_epsilon(schedule, name, charges, delta, dtype):
   delta = jnp.asarray(delta, dtype)
   if orders.size > len(_rdp.DEFAULT_ORDERS):   # the every-real-order table
     eps = _rdp.to_epsilon_refined(total, orders, delta)
-  else:                                        # the host's grid answer
-    eps = _rdp.to_epsilon(total, orders, delta)[0]
+  else:   # the host's grid answer (its per-order values carry their rounding)
+    per = _rdp._epsilon_per_order(total, orders, delta, "improved")[0]  # pylint: disable=protected-access
+    eps = jnp.maximum(jnp.min(per, axis=-1), 0.0) * _rdp._readout_margin(dtype)  # pylint: disable=protected-access
   return _accountant._round_up(eps)  # pylint: disable=protected-access
 
 

@@ -954,6 +954,13 @@ def _to_delta(rdp, orders, epsilon, xp=jnp):
 _CHORD_ULPS = 16.0
 
 
+def _readout_margin(dtype) -> float:
+  """Final upward factor of the refined read-outs: 16 ulps, and in float64
+  the 4e-12 that :func:`to_epsilon` also applies (the same number where both
+  pick the same order); float32 keeps 16 ulps (2e-6), not 256 (3e-5)."""
+  return 1.0 + max(_CHORD_ULPS * float(jnp.finfo(dtype).eps), 4e-12)
+
+
 def _chord_rdp(rdp, orders, x_star, xp=jnp):
   """The chord's RDP bound at x* = α* - 1 in each interval, rounded up.
 
@@ -1006,7 +1013,7 @@ def to_epsilon_refined(rdp, orders, delta, xp=jnp):
   chord = _chord_rdp(r, o, x_star, xp)
   eps_chord = _epsilon_per_order(chord, x_star + 1.0, xp.asarray(delta, dtype), "improved", xp)[0]
   best = xp.minimum(xp.min(grid, axis=-1), xp.min(eps_chord, axis=-1))
-  return xp.maximum(best, 0.0) * (1.0 + _CHORD_ULPS * float(xp.finfo(dtype).eps))
+  return xp.maximum(best, 0.0) * _readout_margin(dtype)
 
 
 def to_delta_refined(rdp, orders, epsilon, xp=jnp):
@@ -1028,13 +1035,13 @@ def to_delta_refined(rdp, orders, epsilon, xp=jnp):
   xa, xb, _, m = _chord_ends(r, o)
   e = xp.asarray(epsilon, dtype)[..., None]
   gap = m - e
-  x_star = xp.where(gap > 0, 1.0 / xp.expm1(xp.where(gap > 0, gap, 1.0)), xb)
+  x_star = xp.where(gap > 0, 1.0 / xp.expm1(xp.clip(gap, 1e-300, 700.0)), xb)
   x_star = xp.clip(x_star, xa, xb)
   x_star = xp.where(xp.isfinite(x_star), x_star, xb)
   chord = _chord_rdp(r, o, x_star, xp)
   log_chord = _log_delta_per_order(chord, x_star + 1.0, xp.asarray(epsilon, dtype), xp)[0]
   best = xp.minimum(xp.min(grid, axis=-1), xp.min(log_chord, axis=-1))
-  return xp.minimum(xp.exp(best) * (1.0 + _CHORD_ULPS * float(xp.finfo(dtype).eps)), 1.0)
+  return xp.minimum(xp.exp(best) * _readout_margin(dtype), 1.0)
 
 
 # --------------------------------------------------------------------------

@@ -106,3 +106,25 @@ def test_accounting_off_and_bad_arguments():
       dpo.dp_aggregate(**args)
   with pytest.raises(ValueError, match="exactly one"):
     dpo.epsilon((), 1e-5)
+
+
+def test_host_accountant_name_and_epoch_schedule():
+  """Issue 34: ``accountant`` names the host accountant; an epoch sampler's
+  host read-out is jaxdp.epsilon of the same schedule, and its in-jit read-out
+  the same grid answer (up to rounding)."""
+  import jaxdp
+  from jaxdp import sampling
+  with pytest.raises(ValueError, match="accountant"):
+    dpo.dp_aggregate(1.0, 1.0, 0.1, accountant="zcdp")
+  smp = sampling.shuffle(100, 10)
+  host = float(jaxdp.epsilon(smp, 4.0, 13, 1e-5))
+  for x64, rtol in ((True, 1e-12), (False, 1e-5)):
+    with jax.enable_x64(x64):
+      tx = dpo.dp_aggregate(1.0, 4.0, sampler=smp)
+      state = tx.init(None)
+      update = jax.jit(lambda g, s, tx=tx: tx.update(g, s)[1])
+      for _ in range(13):   # two epochs started
+        state = update({"w": jnp.ones((10, 2))}, state)
+      assert float(dpo.epsilon(state, 1e-5)) == host
+      in_jit = float(jax.jit(lambda s: dpo.epsilon(s, 1e-5))(state))
+      assert host * (1 - 1e-12) <= in_jit <= host * (1 + rtol)
