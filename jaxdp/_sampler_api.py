@@ -695,16 +695,21 @@ def _tight_steps(sampler, target, delta, sigma, t_rdp, max_steps):
     return np.float64(0.0)
   y, _ = tc.descend(y_probe, *found, -math.log(max_steps), _PLD_RTOL, slope=-0.5,
                     snap=lambda y: -math.log(value(y)))
-  return np.float64(value(y))
+  return np.float64(np.inf if value(y) >= max_steps else value(y))
 
 
 def calibrate_steps(sampler, target_epsilon, delta, sigma, accountant="rdp",
                     max_steps=2 ** 40):
   """Largest number of training steps whose sampler ε is <= ``target_epsilon``.
 
-  ε is non-decreasing in the steps, so a galloping search followed by an
-  integer bisection on :func:`epsilon` finds the boundary exactly (the
-  answer is checked by the same function a user would use).  Scalars only.
+  RDP: ε is non-decreasing in the steps, so a galloping search followed by
+  an integer bisection on :func:`epsilon` finds the boundary exactly (the
+  answer is checked by the same function a user would use).  PLD
+  (``accountant="pld"``): the RDP answer meets the target and is a lower
+  bound of the tight one, so the search starts there and brackets upwards
+  (:func:`jaxdp._tight_calibrate.descend` in y = -log T, whole numbers) to
+  relative accuracy 1e-3 (adjacent integers below 1000 steps), every probe
+  the public computation; the returned T met the target.  Scalars only.
 
   Returns:
     T as a NumPy float64 whole number; ``inf`` when even ``max_steps`` fits.
@@ -756,6 +761,9 @@ def calibrate_sampling_rate(sampler, target_epsilon, delta, sigma, steps, accoun
   B in [1, N] by integer bisection, returned as q = B / N (B = q·N exactly).
   Both searches assume ε non-decreasing in the rate (true for every sampler
   here at a fixed number of steps; the answer is checked either way).
+  PLD (``accountant="pld"``): from the RDP answer upwards by
+  :func:`jaxdp._tight_calibrate.descend` (q to relative accuracy 1e-3, B to
+  1e-3 or adjacent whole numbers), every probe the public computation.
   Scalars only.
 
   Returns:
