@@ -89,13 +89,14 @@ def time_one(step, reps, scan_steps):
 
 def epsilon_rows(args):  # pylint: disable=unused-argument
   """ε of each sampler's event, MNIST-like: N = 60000, B = 256 (expected or
-  fixed), σ = 1.1, 60 epochs (14063 steps), δ = 1e-5; RDP, and the tight PLD
+  fixed), σ = 1.1, 60 epochs (14040 steps: the one epoch rule,
+  :func:`jaxdp.sampling.epochs_to_steps`), δ = 1e-5; RDP, and the tight PLD
   where jaxdp accounts that sampler's event exactly.  Shuffling also gets a
   certified LOWER bound (:func:`jaxdp.rdp_samplers.shuffle_lower_bound_epsilon`)."""
   import jaxdp  # pylint: disable=g-import-not-at-top
   from jaxdp import rdp_samplers  # pylint: disable=g-import-not-at-top
   n, b, sigma, epochs, delta = 60000, 256, 1.1, 60, 1e-5
-  steps = math.ceil(epochs * n / b)
+  steps = sampling.epochs_to_steps(epochs, n // b)   # 60 × 234 = 14040
   cap = capacity(b)
   cases = [
       ("poisson (no truncation)", sampling.poisson(n, b / n, n)),
