@@ -95,16 +95,52 @@ def _fine_orders() -> np.ndarray:
   return out
 
 
+# Adaptive refinement of the Poisson table: an interval whose chord, at its
+# midpoint in log(α-1), is above (α-1)ε(α) there by more than this relative
+# gap is split (the sampled Gaussian's curve bends sharply where small-q
+# amplification ends, beyond what the Gaussian model above predicts).
+_REFINE_GAP = 4e-7
+_REFINE_ROUNDS = 24
+_REFINE_MAX_POINTS = 60000
+
+
 @functools.lru_cache(maxsize=32)
 def _poisson_table(q: float, sigma: float):
-  """Per-step RDP of the Poisson-sampled Gaussian at :func:`_fine_orders`
-  (float64 quadrature, valid at every real order, rounded up; cached)."""
+  """Per-step RDP of the Poisson-sampled Gaussian at :func:`_fine_orders`,
+  adaptively refined (float64 quadrature, valid at every real order, rounded
+  up; cached per (q, σ)). Accuracy only: any orders give a valid bound."""
   from jaxdp import rdp as _rdp  # pylint: disable=g-import-not-at-top
-  orders = _fine_orders()
-  with _numerics.x64():
-    curve = _rdp.quadrature_rdp(np.float64(q), np.float64(sigma), orders,
-                                _rdp._NODES_PER_WINDOW, xp=np)  # pylint: disable=protected-access
-  curve = np.asarray(curve, np.float64)
+
+  def rdp_at(alpha):
+    with _numerics.x64():
+      return np.asarray(_rdp.quadrature_rdp(np.float64(q), np.float64(sigma), alpha,
+                                            _rdp._NODES_PER_WINDOW, xp=np),  # pylint: disable=protected-access
+                        np.float64)
+
+  orders = np.asarray(_fine_orders(), np.float64)
+  curve = rdp_at(orders)
+  open_ = np.ones(orders.size - 1, bool)       # intervals not checked yet
+  for _ in range(_REFINE_ROUNDS):
+    idx = np.nonzero(open_)[0]
+    if idx.size == 0 or orders.size + idx.size > _REFINE_MAX_POINTS:
+      break
+    xa, xb = orders[idx] - 1.0, orders[idx + 1] - 1.0
+    xm = np.sqrt(xa * xb)
+    rm = rdp_at(1.0 + xm)
+    fa, fb, fm = xa * curve[idx], xb * curve[idx + 1], xm * rm
+    with np.errstate(invalid="ignore", divide="ignore"):
+      gap = (fa + (fb - fa) * (xm - xa) / (xb - xa) - fm) / fm
+    split = np.isfinite(gap) & (gap > _REFINE_GAP) & np.isfinite(rm)
+    open_[idx] = False
+    if not split.any():
+      break
+    pos = idx[split] + 1
+    orders = np.insert(orders, pos, 1.0 + xm[split])
+    curve = np.insert(curve, pos, rm[split])
+    # The two halves of each split interval are open; the rest keep their flag.
+    open_[idx[split]] = True
+    open_ = np.insert(open_, pos, True)
+  orders.setflags(write=False)
   curve.setflags(write=False)
   return orders, curve
 

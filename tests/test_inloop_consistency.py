@@ -212,7 +212,7 @@ SAMPLERS = {
     "poisson": lambda: sampling.poisson(N, B / N, capacity=N),
     "truncated-poisson": lambda: sampling.poisson(N, B / N, capacity=128),
     "fixed": lambda: sampling.fixed(N, B),
-    "balls-in-bins": lambda: sampling.balls_in_bins(N, B),
+    "balls-in-bins": lambda: sampling.balls_in_bins(N, B, capacity=128),
     "shuffle": lambda: sampling.shuffle(N, B),
 }
 
