@@ -223,7 +223,12 @@ SAMPLERS = {
 def test_calibrate_train_round_trip_every_sampler(name, accountant):
   smp = SAMPLERS[name]()
   steps = 3 * int(smp.steps_per_epoch)
-  sigma, done, st = _round_trip(smp, steps, accountant)
+  try:
+    sigma, done, st = _round_trip(smp, steps, accountant)
+  except ValueError as err:   # no tight path for this sampler (balls-in-bins)
+    if "not available" in str(err):
+      pytest.skip(str(err))
+    raise
   assert done == steps
   assert float(dpo.epsilon(st, 1e-5)) == float(
       jaxdp.epsilon(smp, sigma, steps, 1e-5, accountant=accountant))
