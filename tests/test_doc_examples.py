@@ -545,6 +545,8 @@ def test_stale_sweep_output_is_caught():
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow   # ~10 s (the general PLD engine on a two-block pair); keeps the
+                    # default suite's doc examples near their 60 s budget
 def test_truncated_poisson_docstring_against_dp_accounting():
   """Issue 34, row 10: ``events.TruncatedPoissonGaussian``'s docstring says
   dp_accounting's PLD for truncated Poisson uses a replace-one branch and is
