@@ -267,11 +267,13 @@ def _forward(kind, sampler, sigma, steps, value, accountant, orders):
     return fn(np.full(shape, float(ev.q)), sigma, count, value, orders=orders)
   from jaxdp import rdp as _rdp  # pylint: disable=g-import-not-at-top
   with nx.x64():
-    total, orders = _rdp_total(sampler, sigma, steps, orders)
+    # ``grid`` is the orders of the curve; the coupling below gets the user's
+    # ``orders`` (None: every real order for the untruncated Poisson answer).
+    total, grid = _rdp_total(sampler, sigma, steps, orders)
     if kind == "epsilon":
-      out, _ = _rdp.to_epsilon(jnp.asarray(total), orders, jnp.asarray(value))
+      out, _ = _rdp.to_epsilon(jnp.asarray(total), grid, jnp.asarray(value))
     else:
-      out = _rdp.to_delta(jnp.asarray(total), orders, jnp.asarray(value))
+      out = _rdp.to_delta(jnp.asarray(total), grid, jnp.asarray(value))
     out = np.nextafter(np.asarray(out, np.float64), np.inf)  # round up
   out = _with_coupling(kind, sampler, sigma, steps, value, out, "rdp", orders)
   if kind == "delta":
