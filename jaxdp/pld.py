@@ -298,11 +298,16 @@ def delta(q, sigma, steps, epsilon, *, value_discretization_interval=None, rtol=
       :func:`grid_interval`.
     rtol: target relative accuracy used when h is picked automatically, in
       (0, 0.1].
-    return_bounds: also return the certified optimistic lower bound.
+    return_bounds: also return the certified lower bound.
 
   Returns:
-    The pessimistic upper bound on δ(ε) (max over add/remove), or
-    ``(lower, upper)`` with ``return_bounds=True``.
+    The best certified upper bound on δ(ε) (max over add/remove): the
+    minimum of the kernel's pessimistic bound, the general engine's where
+    the kernel's interval is over 10% wide (up to 4 configurations per
+    call) and the RDP bound (:mod:`jaxdp._pld_fallback`), the very number
+    :func:`jaxdp.delta` with ``accountant="pld"`` returns; or
+    ``(lower, upper)`` with ``return_bounds=True`` (lower: the largest
+    certified lower bound).
 
   Raises:
     ValueError: naming the argument and value when an input is out of range.
@@ -312,7 +317,7 @@ def delta(q, sigma, steps, epsilon, *, value_discretization_interval=None, rtol=
     return _sampler_api.pld_entry("delta", q, sigma, steps, epsilon,
                                   value_discretization_interval, rtol, return_bounds)
   lo, up, _ = guarded_bounds("delta", q, sigma, steps, epsilon,
-                             value_discretization_interval, rtol, full_rdp=False)
+                             value_discretization_interval, rtol, best=True)
   return (lo, up) if return_bounds else up
 
 
@@ -328,7 +333,10 @@ def epsilon(q, sigma, steps, delta, *, value_discretization_interval=None, rtol=
   FFT round-off allowance is comparable to ``delta`` (extreme inputs: its
   upper ε is +∞, or its certified interval is over 10% wide), the general
   engine's interval is intersected in (:mod:`jaxdp._pld_fallback`, up to 4
-  configurations per call, seconds each).
+  configurations per call, the widest first, seconds each), and the upper
+  end is never above the RDP bound (every call): the answer is the best
+  certified one, the very number :func:`jaxdp.epsilon` with
+  ``accountant="pld"`` and ``jaxdp.accountant.pld()`` return.
 
   Args:
     q, sigma, steps: as in :func:`delta`.
@@ -347,13 +355,13 @@ def epsilon(q, sigma, steps, delta, *, value_discretization_interval=None, rtol=
     return _sampler_api.pld_entry("epsilon", q, sigma, steps, delta,
                                   value_discretization_interval, rtol, return_bounds)
   lo, up, _ = guarded_bounds("epsilon", q, sigma, steps, delta,
-                             value_discretization_interval, rtol, finite_fallback=True,
-                             full_rdp=False)
+                             value_discretization_interval, rtol, best=True)
   return (lo, up) if return_bounds else up
 
 
 def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=None,
-                   rtol=1e-3, finite_fallback=False, full_rdp=True, want_lower=True):
+                   rtol=1e-3, finite_fallback=False, full_rdp=True, want_lower=True,
+                   best=False):
   """The guarded PLD interval of :func:`epsilon` (name "epsilon", value = δ)
   or :func:`delta` (name "delta", value = ε), and the RDP upper bound the
   guards compared it with (host level: call under float64).
@@ -373,9 +381,18 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
   ``lower`` is the one-step value. Not with ``finite_fallback`` (which needs
   the interval's width).
 
+  With ``best`` (the public answer of :func:`epsilon`, :func:`delta`,
+  ``jaxdp.epsilon/delta(accountant="pld")`` and ``jaxdp.accountant.pld()``):
+  the general engine's interval is intersected in where the kernel's is +∞
+  or wide, for ε and δ alike, the RDP bound is the full default-orders
+  value, and ``upper`` is already min(PLD upper, RDP upper)
+  (:mod:`jaxdp._pld_fallback`).
+
   Returns:
     ``(lower, upper, rdp_upper)`` NumPy arrays of the broadcast shape.
   """
+  if best:
+    finite_fallback, full_rdp, want_lower = True, True, True
   if finite_fallback and not want_lower:
     raise ValueError("finite_fallback needs the lower bound (want_lower=True)")
   if name == "epsilon":
@@ -396,15 +413,20 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
                            automatic=value_discretization_interval is None,
                            want_lower=want_lower, while_waiting=while_waiting)
   up = clip(up).reshape(shape)
-  if name == "epsilon" and finite_fallback:   # +∞ at extreme inputs
-    lo, up = _pld_fallback.finite_epsilon(
-        *(np.broadcast_to(np.asarray(a, np.float64), shape) for a in (q, sigma, steps, value)),
+  if finite_fallback and (name == "epsilon" or best):   # +∞ or wide at extreme inputs
+    lo, up = _pld_fallback.intersect_general(
+        name, *(np.broadcast_to(np.asarray(a, np.float64), shape)
+                for a in (q, sigma, steps, value)),
         lo.reshape(shape), up, rtol)
+    up = clip(up)
   if name == "delta":
     from jaxdp import _api  # pylint: disable=g-import-not-at-top
     up = _api.delta_floor(up, q, steps, value)
-  return _guard(name, clip(lo).reshape(shape), up, q, sigma, steps, value, shape, full_rdp,
-                one=one_step[0] if one_step else None)
+  lo, up, rdp_up = _guard(name, clip(lo).reshape(shape), up, q, sigma, steps, value, shape,
+                          full_rdp, one=one_step[0] if one_step else None)
+  if best:   # never above the RDP answer (both are certified upper bounds)
+    lo, up = _pld_fallback.combine(lo, up, None, rdp_up)
+  return lo, up, rdp_up
 
 
 def _one_step_values(name, q, sigma, value, shape):

@@ -153,6 +153,26 @@ def _fast_many(phase_lists, values, want_epsilon, vdi, rtol, extra=None):
   return lo, up
 
 
+def _best_single(phases, values, want_epsilon, vdi, rtol):
+  """Configurations of one (sampled) Gaussian phase each, ``(event, count)``,
+  at (n, V) queries: the interval :func:`jaxdp.pld.epsilon` /
+  :func:`jaxdp.pld.delta` report for the same (q, σ, T) (the same automatic
+  grid as :func:`_fast_grid` for one phase, the guards, the general engine
+  where the kernel's interval is +∞ or wide, the RDP cap:
+  :mod:`jaxdp._pld_fallback`), so the accountant, ``epsilon_batch``,
+  ``jaxdp.pld`` and ``jaxdp.epsilon(..., accountant="pld")`` give the same
+  number to the same question.
+
+  Returns:
+    (lower, upper), each (n, V).
+  """
+  params = np.array([_fast_params(ev) + (float(c),) for ev, c in phases], np.float64)
+  q, sigma, steps = (np.broadcast_to(params[:, k:k + 1], values.shape) for k in range(3))
+  name = "epsilon" if want_epsilon else "delta"
+  lo, up, _ = _pld.guarded_bounds(name, q, sigma, steps, values, vdi, rtol, best=True)
+  return lo, up
+
+
 def _general_one(phases, values, want_epsilon, vdi, rtol):
   """The general engine (:mod:`jaxdp.pld_general`) on one configuration."""
   from jaxdp import mechanisms, pld_general  # pylint: disable=g-import-not-at-top
@@ -201,6 +221,12 @@ def _query_many(phase_lists, values, want_epsilon, vdi, rtol):
       members[:] = [m for m in members if not m[2]]
   for i in sorted(general):
     lo[i], up[i] = _general_one(phase_lists[i], values[i], want_epsilon, vdi, rtol)
+  single = [m for m in groups.get(1, []) if not m[2]]
+  if single:   # one (sampled) Gaussian phase: jaxdp.pld's best certified answer
+    groups[1] = [m for m in groups[1] if m[2]]
+    idx = [i for i, _, _ in single]
+    lo[idx], up[idx] = _best_single([f[0] for _, f, _ in single], values[idx], want_epsilon,
+                                    vdi, rtol)
   for members in groups.values():
     if not members:
       continue
