@@ -16,10 +16,28 @@ import numpy as np
 # one program per window shape; larger ones take 32, 40, ... (a few programs).
 _POWER_BITS = 24
 
-# Normwise relative error of one complex product, in units of eps_machine:
-# sqrt(5)·u with u = eps/2 (Brent, Percival & Zimmermann 2007, Thm 3.1),
-# rounded up to 2 (an FMA-contracted product is within 2u = eps).
+# Round-off model of the composition (the proof is in docs/mathematics.md,
+# "Round-off of the fast kernel"; u = eps/2 is the unit round-off).
+# Relative error of one complex product, in units of eps: sqrt(5)·u (Brent,
+# Percival & Zimmermann 2007, Thm 3.1; 2u with an FMA), rounded up to 2 eps.
 _PRODUCT_ULPS = 2.0
+# Error per factor of two of the FFT length, in units of u, relative to the
+# L1 mass of the transformed sub-sequences. Any radix-r pass (r a power of
+# two) is log2(r) levels of at most one addition and one twiddle product
+# each, so a level adds at most u + sqrt(5)·u + mu of new error, and carries
+# the earlier error through a twiddle of modulus <= 1 + mu: per level
+# (1 + mu + eta) with eta = u + sqrt(5)u + mu. With the twiddles' absolute
+# error mu <= 8u (a stated safety factor of 8 over the ~1 ulp twiddle tables
+# of DUCC and cuFFT; checked against long-double references in
+# tests/test_pld_roundoff.py), 2·8u + 3.24u < 20u.
+_LEVEL_ULPS = 20.0
+
+
+def _gamma(k, unit):
+  """Higham's gamma_k = k·unit / (1 - k·unit) >= (1 + unit)^k - 1 (+inf once
+  k·unit >= 1/2, where no bound is claimed)."""
+  ku = k * unit
+  return jnp.where(ku < 0.5, ku / (1.0 - ku), jnp.inf)
 
 
 def power_bits(steps) -> int:
@@ -49,8 +67,9 @@ def _power(z, n, bits):
 
 
 @functools.partial(jax.jit, static_argnames=("size", "bits"))
-def _compose_group(p, steps, *, size, bits):
-  """Composes a group of windows, each row on its own (cyclically).
+def _compose_group(p, steps, host_terms=None, *, size, bits):
+  """Composes a group of windows, each row on its own (cyclically), with a
+  proven bound on every composed entry's round-off.
 
   Row r's phase k has the one-step PMF ``p[r, k]`` on its own grid; its
   entries are folded onto the cycle of length ``size`` (a sum of reshaped
@@ -62,33 +81,66 @@ def _compose_group(p, steps, *, size, bits):
   true loss indices first); the host reads it there
   (:func:`jaxdp._pld_readout.answer`), which avoids a gather here.
 
+  Round-off (docs/mathematics.md, "Round-off of the fast kernel"): with
+  n = size = 2^L, u = eps/2, m_k the folded PMF's mass and η = _LEVEL_ULPS·u,
+  every forward spectral value is within E_k = γ_{L+1}(η)·m_k (+ the fold's
+  γ_{r-1}(u)·m_k) of the exact DFT; with R_{k,f} >= |ŝ_{k,f}| + E_k, the
+  computed product of powers differs from the exact one by at most
+
+    D_f = Π_k R_{k,f}^{T_k} · (Σ_k T_k E_k / R_{k,f} + γ_{T-1+phases}(ρ))
+
+  (ρ = _PRODUCT_ULPS·eps, T = Σ_k T_k), and every entry of the inverse FFT
+  by at most (1/n)·(Σ_f c_f D_f + γ_{L+1}(η)·Σ_f c_f |Ŝ_f|) (c_f = 1 at DC
+  and Nyquist, 2 elsewhere: the full spectrum's L1 norm).
+
   Args:
-    p: (m, phases, width) one-step PMFs, one window per row (pessimistic or
-      optimistic, of any configuration and direction).  steps: (m, phases)
-      integer step counts, below 2**bits (count 0: padding).
-    size: FFT length (static).  bits: :func:`power_bits` of the steps (static).
+    p: (m, phases, width) one-step PMFs (entries >= 0), one window per row
+      (pessimistic or optimistic, of any configuration and direction).
+    steps: (m, phases) integer step counts, below 2**bits (count 0: padding).
+    host_terms: (m,) the number of one-step entries the host already summed
+      into each folded entry (1 or None: not folded on the host).
+    size: FFT length (static, a power of two).  bits: :func:`power_bits` of
+      the steps (static).
   Returns:
-    ``(w, power_err, level)``: the (m, size) composed cyclic PMFs; an
-    allowance for the round-off that the powers add to sums of ``w``: a
-    relative error e of a spectral value becomes ~T·e in its T-th power
-    (each squaring doubles the relative error, each product adds at most
-    ``_PRODUCT_ULPS`` eps), and the inverse FFT spreads the spectrum's error
-    over the window, so the summed absolute error of the composed PMF is at
-    most Σ_f |Δspec_f| <= c·T·eps·Σ_f |spec_f| (twice the half spectrum);
-    and the FFT round-off level of each row, the larger of its most negative
-    entry (exact values are >= 0) and eps times its largest one.
+    ``(w, node_err)``: the (m, size) composed cyclic PMFs and, per row, a
+    proven bound on |ŵ_j - w_j| for every entry j, w the exact cyclic
+    T-fold convolution of the row's (folded) one-step PMFs.
   """
   m, n_ph, width = p.shape
+  dtype = p.dtype
+  eps = jnp.finfo(dtype).eps
+  u = eps / 2.0
   reps = -(-width // size)
   folded = jnp.pad(p, ((0, 0), (0, 0), (0, reps * size - width)))
   folded = folded.reshape(m, n_ph, reps, size).sum(axis=2)
+  host_terms = jnp.ones((m,), dtype) if host_terms is None else host_terms.astype(dtype)
+  levels = float(size.bit_length())   # log2(size) + 1: the real transform's extra pass
+  g_fft = _gamma(levels, _LEVEL_ULPS * u)   # (1 + 20u)^levels - 1
+  g_fold = _gamma(host_terms * reps - 1.0, u)[:, None]
+  # Masses (sums of n >= 0 terms: relative error <= gamma_n), an upper bound.
+  mass = jnp.sum(folded, axis=-1) * (1.0 + _gamma(float(size), u))      # (m, phases)
+  e1 = (g_fft + g_fold) * mass + jnp.finfo(dtype).tiny                  # (m, phases)
+  t = steps.astype(dtype)
   spec = None
+  rt = None       # Π_k R_k^{T_k}, rounded up
+  ratio = 0.0     # Σ_k T_k E_k / R_k
   for k in range(n_ph):   # phases (static count)
-    sk = _power(jnp.fft.rfft(folded[:, k], axis=-1), steps[:, k:k + 1], bits)
-    spec = sk if spec is None else spec * sk
+    sk = jnp.fft.rfft(folded[:, k], axis=-1)
+    # |z| <= sqrt(re² + im²)·(1 + u)² (IEEE products, sum and sqrt), so R >= |ŝ| + E.
+    r_k = jnp.sqrt(sk.real * sk.real + sk.imag * sk.imag) * (1.0 + 4.0 * u) + e1[:, k:k + 1]
+    # R^T by the same multiplications: at most T - 1 roundings, (1 + u)^{T-1}.
+    r_pow = _power(r_k, steps[:, k:k + 1], bits) * (1.0 + _gamma(t[:, k:k + 1], u))
+    ratio = ratio + t[:, k:k + 1] * e1[:, k:k + 1] / r_k * (1.0 + 2.0 * u)
+    rt = r_pow if rt is None else rt * r_pow * (1.0 + u)
+    pk = _power(sk, steps[:, k:k + 1], bits)
+    spec = pk if spec is None else spec * pk
   out = jnp.fft.irfft(spec, n=size, axis=-1)
-  eps = jnp.finfo(out.dtype).eps
-  spec_l1 = 2.0 * jnp.sum(jnp.abs(spec), axis=-1)
-  power_err = _PRODUCT_ULPS * jnp.sum(steps, axis=-1).astype(out.dtype) * eps * spec_l1
-  level = jnp.maximum(jnp.maximum(-jnp.min(out, axis=-1), 0.0), eps * jnp.max(out, axis=-1))
-  return out, power_err, level
+  c = jnp.full((size // 2 + 1,), 2.0, dtype).at[0].set(1.0).at[-1].set(1.0)
+  rho = _PRODUCT_ULPS * eps
+  t_all = jnp.sum(t, axis=-1, keepdims=True)
+  d = rt * (ratio + _gamma(t_all - 1.0 + n_ph, rho)) + 4.0 * bits * jnp.finfo(dtype).tiny
+  spec_l1 = jnp.sum(c * jnp.abs(spec), axis=-1) * (1.0 + 4.0 * u)
+  total = jnp.sum(c * d, axis=-1) + _gamma(levels, _LEVEL_ULPS * u) * spec_l1
+  # The bound's own sums (n terms >= 0) and the division by n, rounded up.
+  node_err = total / size * (1.0 + _gamma(float(size) + 8.0, u))
+  return out, node_err

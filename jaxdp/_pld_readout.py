@@ -248,15 +248,15 @@ def _cyclic_slice(row, rot, k0, k1):
   return np.concatenate([row[lo:], row[:lo + count - n]])
 
 
-def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length, want_epsilon,
+def answer(w, node_err, start, h, inf_mass, queries, wrap, shift, length, want_epsilon,
            lower=False, rot=None, rows=None):
   """Bounds of a group's queries from composed windows of one kind.
 
   Args:
     w: (M, N) composed windows (NumPy; the m read are ``rows``), all
       pessimistic (upper bounds) or all optimistic (``lower``);
-      power_err, level: (m,) the composition's
-      round-off terms (:func:`jaxdp._pld_compose._compose_group`).
+      node_err: (m,) the composition's proven bound on every composed
+      entry's round-off (:func:`jaxdp._pld_compose._compose_group`).
     start: (m,) window starts.  h, inf_mass: (m,).  queries: (m, K).
     wrap: (m,) the Chernoff mass that may have wrapped from below the window
       to its top (the tail budget per phase; lower bounds).  shift: (m,) loss
@@ -281,21 +281,16 @@ def answer(w, power_err, level, start, h, inf_mass, queries, wrap, shift, length
   both δ's: the pessimistic one loses nothing that is not booked at +∞, and
   a lower bound may always drop mass.
 
-  Round-off, per node of the window: the empirical FFT allowance
-  ``4 · level`` (level = the larger of the most negative entry and
-  eps_machine times the largest one: clipping the negative FFT noise to zero
-  can otherwise drop up to |noise| per node) plus the powers' amplification
-  ``power_err / N`` (``power_err`` bounds Σ_f |Δspec_f|, the spectrum's
-  summed error, and by the triangle inequality on the inverse DFT every
-  node's error is at most that over N). δ at ε sums the nodes above ε only,
-  so it carries the allowance of those nodes: added to the pessimistic δ,
-  subtracted (with ``wrap``) from the optimistic one. (Booking N nodes'
-  allowance at every ε, as before, made the upper ε +∞ at δ <= ~1e-10
-  after ~10⁵ steps, where ``jaxdp.epsilon`` then reported the RDP bound.)
+  Round-off, per node of the window: ``node_err``, the composition's proven
+  bound on |ŵ_j - w_j| (docs/mathematics.md, "Round-off of the fast
+  kernel"; clipping a negative entry to 0 only moves it closer to the exact
+  w_j >= 0). δ at ε sums the nodes above ε only, so it carries the bound of
+  those nodes: added to the pessimistic δ, subtracted (with ``wrap``) from
+  the optimistic one. (Booking N nodes' allowance at every ε made the upper
+  ε +∞ at δ <= ~1e-10 after ~10⁵ steps.)
   """
   m = len(start)
-  size = w.shape[-1]
-  per_node = 4.0 * np.asarray(level) + np.asarray(power_err) / size
+  per_node = np.asarray(node_err, np.float64)
   rot = np.zeros(m, np.int64) if rot is None else np.asarray(rot)
   rows = np.arange(m) if rows is None else np.asarray(rows)
   start, length = np.asarray(start, np.int64), np.asarray(length, np.int64)

@@ -289,9 +289,10 @@ def _compose_windows(directions, steps, n_ex, grow, want_lower):
         if dr["on"][k]:
           rows2 = (pp[r], scratch) if c == 0 else (scratch, pp[r])
           _pld_extra.place(dr["on"][k], n_ph, *rows2, lo_all[r], st_int[r])
+      host_terms = np.full(len(cells), max(width // int(sz), 1), np.float64)
       if width > sz:   # fold onto the cycle here: one program per (rows, size)
         pp = pp.reshape(len(cells), n_ph + n_ex, width // int(sz), int(sz)).sum(axis=2)
-      composed = _compose_group(pp, st_int, size=int(sz), bits=power_bits(st_int))
+      composed = _compose_group(pp, st_int, host_terms, size=int(sz), bits=power_bits(st_int))
       # Window node j of row r sits at entry (rot_r + j) mod size.
       rot = np.mod(win_start - np.sum(st_int * lo_all, axis=1), int(sz))
       pending.append((cells[:m], composed, rot))
@@ -319,7 +320,7 @@ def _read_out(pending, directions, h, queries, want_epsilon):
 
       a_w, b_w = take("a")[:, c], take("b")[:, c]
       got = _pld_readout.answer(
-          composed[0], composed[1][rows], composed[2][rows], a_w.astype(np.int64),
+          composed[0], composed[1][rows], a_w.astype(np.int64),
           h[cfg], take("inf_cfg"), queries[cfg], take("wrap_cfg"), take("shift")[:, c],
           (b_w - a_w + 1).astype(np.int64), want_epsilon=want_epsilon, lower=c == 1,
           rot=rot[rows], rows=rows)

@@ -107,15 +107,15 @@ def test_read_out_of_the_nodes_a_query_reads_equals_the_full_read_out(want_epsil
   m, size = len(rows), w.shape[1]
   queries = (np.array([[1e-2, 1e-5, 1e-9]] * m) if want_epsilon
              else np.array([[0.0, 0.1, 0.5]] * m))
-  args = (w, np.full(2 * m, 1e-16), np.full(2 * m, 1e-18), start, np.full(m, h),
+  per_node = 4.0 * 1e-18 + 1e-16 / size
+  args = (w, np.full(2 * m, per_node), start, np.full(m, h),
           np.full(m, 1e-12), queries, np.full(m, 1e-17), np.zeros((2, m)))
-  w_, pe, lv, st, hh, inf, qq, wr, sh = args
-  up = _pld_readout.answer(w_[:m], pe[:m], lv[:m], st, hh, inf, qq, wr, sh[0], np.full(m, size),
+  w_, ne, st, hh, inf, qq, wr, sh = args
+  up = _pld_readout.answer(w_[:m], ne[:m], st, hh, inf, qq, wr, sh[0], np.full(m, size),
                            want_epsilon=want_epsilon)
-  lo = _pld_readout.answer(w_[m:], pe[m:], lv[m:], st, hh, inf, qq, wr, sh[1], np.full(m, size),
+  lo = _pld_readout.answer(w_[m:], ne[m:], st, hh, inf, qq, wr, sh[1], np.full(m, size),
                            want_epsilon=want_epsilon, lower=True)
   ref_up, ref_lo = np.empty_like(up), np.empty_like(lo)
-  per_node = 4.0 * 1e-18 + 1e-16 / size
   for r in range(m):
     if want_epsilon:
       ref_up[r] = _pld_readout.epsilon_on_window(w[r], start[r], h, 1e-12, queries[r],
@@ -162,11 +162,13 @@ def test_truncation_budget_is_a_fraction_of_the_smallest_target_delta():
 def test_budgeted_epsilon_interval_meets_the_general_engines(q, sigma, steps, delta):
   """The ε interval computed with the truncation budget overlaps the general
   engine's certified interval (its own tails and tilting), and its upper end
-  is no more than 1e-4 relative above the general engine's upper end."""
+  is no more than 1e-3 relative above the general engine's upper end (the
+  kernel's proven round-off bound costs up to ~6e-4 relative at δ = 1e-9;
+  the empirical allowance it replaced, ~1e-5)."""
   lo, up = pld.epsilon(q, sigma, steps, delta, return_bounds=True)
   g_lo, g_up = pld_general.epsilon(poisson_phases(q, sigma, steps), delta, return_bounds=True)
   assert float(lo) <= float(g_up) and float(g_lo) <= float(up)
-  assert float(up) <= float(g_up) * (1 + 1e-4) + (float(g_up) - float(g_lo))
+  assert float(up) <= float(g_up) * (1 + 1e-3) + (float(g_up) - float(g_lo))
 
 
 def test_guard_one_step_epsilon_is_a_tight_lower_bound_over_the_domain():
