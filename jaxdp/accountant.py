@@ -55,6 +55,7 @@ __all__ = [
     "cdp",
     "pld",
     "event_rdp",
+    "event_pure_epsilon",
 ]
 
 
@@ -93,15 +94,24 @@ class RdpState(NamedTuple):
 
   The curve is ``rdp + compensation`` (a compensated sum; ``compensation``
   holds the rounding error of ``rdp``), both of shape ``(len(orders),)``.
+  ``pure_epsilon`` (a scalar) is a pure-DP ε of everything composed, +inf
+  once an event without one (a Gaussian) is composed; see
+  :func:`event_pure_epsilon`. It tells the δ read-out where the true δ can
+  be 0 (ε >= pure_epsilon) and where it may be positive, so that a δ bound
+  underflowing to 0 is floored there. ``None`` (a state built by hand)
+  means unknown, read as +inf.
   """
   rdp: jax.Array
   compensation: jax.Array
+  pure_epsilon: Optional[jax.Array] = None
 
 
 class CdpState(NamedTuple):
-  """State of :func:`cdp`: total zCDP ρ = ``rho + compensation`` (scalars)."""
+  """State of :func:`cdp`: total zCDP ρ = ``rho + compensation`` (scalars);
+  ``pure_epsilon`` as in :class:`RdpState`."""
   rho: jax.Array
   compensation: jax.Array
+  pure_epsilon: Optional[jax.Array] = None
 
 
 # --------------------------------------------------------------------------
@@ -164,6 +174,119 @@ def _sum_event_batch(per_event, count, event_shape_ndim, dtype):
 def _event_ndim(event) -> int:
   # Leaves only: a relation (static aux data) or an absent capacity is not one.
   return max((jnp.ndim(f) for f in jax.tree_util.tree_leaves(event)), default=0)
+
+
+# --------------------------------------------------------------------------
+# Pure-DP ε of the composition: where δ may be positive (the δ floor)
+# --------------------------------------------------------------------------
+
+
+def _pmf_pair_pure_epsilon(event) -> float:
+  """max_i |log(p_i/q_i)| of a ``PMFPair`` (normalised as the accountants
+  do), +inf where one PMF has mass the other lacks; float64 on the host
+  (the PMFs are static), rounded up by a relative 1e-12."""
+  p = np.asarray(event.p, np.float64)
+  q = np.asarray(event.q, np.float64)
+  p, q = p / p.sum(), q / q.sum()
+  both = (p > 0) & (q > 0)
+  if np.any((p > 0) != (q > 0)):
+    return float("inf")
+  loss = np.abs(np.log(p[both]) - np.log(q[both]))
+  return float(np.max(loss, initial=0.0) * (1.0 + 1e-12))
+
+
+def event_pure_epsilon(event, dtype=None):
+  """A pure-DP ε of one event (per event of a batch), +inf where it has none.
+
+  The event is ε-DP (δ = 0) with this ε under its neighbouring relation,
+  both directions: its privacy loss never exceeds it. By basic composition
+  (Dwork, McSherry, Nissim & Smith 2006) the sum over composed events is a
+  pure-DP ε of the composition, so the true δ(ε) is exactly 0 at every ε
+  at or above that sum, and may be positive below it. Values:
+
+  * ``PureDP(ε)``: ε; ``EpsilonDelta(ε, δ)``: ε if δ = 0, else +inf;
+  * ``Laplace(b)``: 1/b; ``SampledLaplace(q, b)``: 1/b (each density ratio of
+    the mixture lies in [e^{-1/b}, e^{1/b}]; not amplified), 0 if q = 0;
+  * ``RandomizedResponse(p, k)``: ln(1 + k(1 − p)/p) (+inf at p = 0);
+    ``DiscreteLaplace(a, Δ)``: aΔ; ``PMFPair``: max |ln(p_i/q_i)|;
+  * ``SampledGaussian``/``TruncatedPoissonGaussian``: 0 if q = 0 (nothing is
+    released about anyone), else +inf;
+  * every other event (Gaussian, discrete Gaussian, mixtures of Gaussians,
+    the other sampler events): +inf, their privacy loss is unbounded.
+
+  Finite values are computed in ``dtype`` and rounded up by 16 ulps (each
+  closed form has at most a few roundings of half an ulp, and casting the
+  event's fields to ``dtype`` one more), so they never fall below the exact
+  value; +inf is always a valid answer.
+
+  Args:
+    event: a :mod:`jaxdp.events` event (fields may be traced or batched).
+    dtype: result dtype (default: the default float dtype).
+
+  Returns:
+    An array of the event batch's shape.
+  """
+  dtype = jnp.result_type(float) if dtype is None else dtype
+  shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in jax.tree_util.tree_leaves(event)))
+  inf = jnp.asarray(jnp.inf, dtype)
+
+  def f(x):
+    return jnp.asarray(1.0 if x is None else x, dtype)
+
+  E = _events  # pylint: disable=invalid-name
+  if isinstance(event, E.PureDP):
+    val = f(event.epsilon)
+  elif isinstance(event, E.EpsilonDelta):
+    val = jnp.where(f(event.delta) == 0, f(event.epsilon), inf)
+  elif isinstance(event, E.Laplace):
+    val = 1.0 / f(event.b)
+  elif isinstance(event, E.SampledLaplace):
+    val = jnp.where(f(event.q) > 0, 1.0 / f(event.b), 0.0)
+  elif isinstance(event, E.RandomizedResponse):
+    p = f(event.noise_parameter)
+    safe_p = jnp.where(p > 0, p, 1.0)
+    val = jnp.where(p > 0, jnp.log1p(f(event.num_buckets) * (1.0 - p) / safe_p), inf)
+  elif isinstance(event, E.DiscreteLaplace):
+    val = f(event.parameter) * f(event.sensitivity)
+  elif isinstance(event, E.PMFPair):
+    val = jnp.asarray(_pmf_pair_pure_epsilon(event), dtype)
+  elif isinstance(event, (E.SampledGaussian, E.TruncatedPoissonGaussian)):
+    val = jnp.where(f(event.q) > 0, inf, 0.0)
+  else:
+    val = inf
+  return jnp.broadcast_to(_numerics.round_up(jnp.asarray(val, dtype), 16), shape)
+
+
+def _compose_pure_epsilon(total, event, count, dtype):
+  """``total`` + Σ over the event batch of count · pure ε, rounded up
+  (a sum of n non-negative terms is off by at most (n − 1) ulps relative;
+  the result is inflated by n + 2 ulps and one more ``nextafter``);
+  ``None`` (unknown) stays ``None``."""
+  if total is None:
+    return None
+  per = event_pure_epsilon(event, dtype)
+  c, per = jnp.broadcast_arrays(jnp.asarray(count, dtype), per)
+  terms = jnp.where(c > 0, c * per, 0.0)       # 0 · inf is 0 here: a count of 0 releases nothing
+  add = _numerics.round_up(jnp.sum(terms), terms.size + 2)
+  new = total + add
+  up = jnp.nextafter(new, jnp.asarray(jnp.inf, dtype))
+  return jnp.where((new > 0) & jnp.isfinite(new), up, new)
+
+
+def _floor_delta(d, epsilon, pure_epsilon):
+  """δ bounds never below the smallest normal number of their dtype where
+  the true δ may be positive (ε below the state's pure-DP ε).
+
+  The in-jit counterpart of :func:`jaxdp._api.delta_floor` (bitwise the same
+  floor, ``finfo(float64).tiny``, in float64): a computed bound below
+  ``tiny`` (0 or a subnormal, whose rounding is no longer relative) means
+  the true δ is below it too, so ``tiny`` is an upper bound there. Where
+  ε >= the pure-DP ε the true δ is exactly 0 and ``d`` stays as it is.
+  """
+  d = jnp.asarray(d)
+  pe = jnp.asarray(jnp.inf if pure_epsilon is None else pure_epsilon, d.dtype)
+  live = jnp.asarray(epsilon, d.dtype) < pe
+  return jnp.where(live, jnp.maximum(d, jnp.finfo(d.dtype).tiny), d)
 
 
 # --------------------------------------------------------------------------
@@ -299,7 +422,11 @@ def rdp(orders=None) -> Accountant:
   (Mironov–Talwar–Zhang 2019), ``Gaussian(σ)`` α/(2σ²), ``Laplace(b)``
   Mironov 2017 Prop 6, ``PureDP(ε)`` the randomized-response bound. ε and δ
   use :func:`jaxdp.rdp.to_epsilon` / :func:`jaxdp.rdp.to_delta` (improved
-  conversion, Balle et al. 2020 / Canonne–Kamath–Steinke 2020).
+  conversion, Balle et al. 2020 / Canonne–Kamath–Steinke 2020). The state
+  also carries a pure-DP ε of the composition (:func:`event_pure_epsilon`):
+  below it δ is floored at the dtype's smallest normal number, as the host
+  path (:func:`jaxdp._api.delta_floor`) does, so that a positive δ never
+  underflows to 0 or to an unrounded subnormal.
 
   Args:
     orders: 1-D concrete orders > 1 (default ``jaxdp.rdp.DEFAULT_ORDERS``).
@@ -348,7 +475,8 @@ def rdp(orders=None) -> Accountant:
 
   def init() -> RdpState:
     dtype = jnp.result_type(float)
-    return RdpState(rdp=jnp.zeros((n,), dtype), compensation=jnp.zeros((n,), dtype))
+    return RdpState(rdp=jnp.zeros((n,), dtype), compensation=jnp.zeros((n,), dtype),
+                    pure_epsilon=jnp.zeros((), dtype))
 
   def compose(state: RdpState, event, count=1) -> RdpState:
     _events.validate(event)
@@ -361,7 +489,8 @@ def rdp(orders=None) -> Accountant:
     add = _sum_event_batch(per, count, _event_ndim(event), dtype)
     add = jnp.broadcast_to(add, (n,))
     hi, lo = _accumulate(state.rdp, state.compensation, add)
-    return RdpState(rdp=hi, compensation=lo)
+    return RdpState(rdp=hi, compensation=lo,
+                    pure_epsilon=_compose_pure_epsilon(state.pure_epsilon, event, count, dtype))
 
   def epsilon(state: RdpState, delta):
     _numerics.check_array("delta", delta, low=0.0, high=1.0, low_open=True,
@@ -372,7 +501,8 @@ def rdp(orders=None) -> Accountant:
   def delta(state: RdpState, epsilon):
     _numerics.check_array("epsilon", epsilon, low=0.0)
     total = _read(state.rdp, state.compensation)
-    return jnp.minimum(_round_up(_rdp.to_delta_refined(ascending(total), sorted_orders, epsilon)), 1.0)
+    d = _round_up(_rdp.to_delta_refined(ascending(total), sorted_orders, epsilon))
+    return jnp.minimum(_floor_delta(d, epsilon, state.pure_epsilon), 1.0)
 
   return _with_tradeoff(Accountant(init=init, compose=compose, epsilon=epsilon, delta=delta))
 
@@ -392,7 +522,8 @@ def cdp() -> Accountant:
   divergence is jointly quasi-convex; ``PureDP(ε)`` ε²/2 (Bun–Steinke Prop
   1.4; tighter than Dwork–Rothblum Thm 3.5); ``Laplace(b)`` as PureDP(1/b).
   ε and δ use the improved conversion of :func:`jaxdp.cdp.rho_to_epsilon`
-  (Canonne–Kamath–Steinke 2020, Cor 13).
+  (Canonne–Kamath–Steinke 2020, Cor 13); δ is floored below the state's
+  pure-DP ε as in :func:`rdp`.
 
   For DP-SGD prefer :func:`rdp` (which amplifies by sampling); this
   accountant suits unsampled Gaussian/pure-DP workloads.
@@ -422,7 +553,8 @@ def cdp() -> Accountant:
 
   def init() -> CdpState:
     dtype = jnp.result_type(float)
-    return CdpState(rho=jnp.zeros((), dtype), compensation=jnp.zeros((), dtype))
+    return CdpState(rho=jnp.zeros((), dtype), compensation=jnp.zeros((), dtype),
+                    pure_epsilon=jnp.zeros((), dtype))
 
   def compose(state: CdpState, event, count=1) -> CdpState:
     _events.validate(event)
@@ -433,7 +565,8 @@ def cdp() -> Accountant:
     count = jnp.asarray(count, dtype)
     add = jnp.sum(count * per)
     hi, lo = _accumulate(state.rho, state.compensation, add)
-    return CdpState(rho=hi, compensation=lo)
+    return CdpState(rho=hi, compensation=lo,
+                    pure_epsilon=_compose_pure_epsilon(state.pure_epsilon, event, count, dtype))
 
   def epsilon(state: CdpState, delta):
     _numerics.check_array("delta", delta, low=0.0, high=1.0, low_open=True)
@@ -444,7 +577,7 @@ def cdp() -> Accountant:
     _numerics.check_array("epsilon", epsilon, low=0.0, allow_inf=True)
     rho = _read(state.rho, state.compensation)
     d = _cdp._rho_to_delta_kernel(rho, epsilon)  # pylint: disable=protected-access
-    return jnp.minimum(_round_up(d, 8.0), 1.0)
+    return jnp.minimum(_floor_delta(_round_up(d, 8.0), epsilon, state.pure_epsilon), 1.0)
 
   return _with_tradeoff(Accountant(init=init, compose=compose, epsilon=epsilon, delta=delta))
 
