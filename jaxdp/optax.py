@@ -584,6 +584,7 @@ def _schedule_read(kind, opt_state, value, accountant):
   _numerics.check_array("epsilon", value, low=0.0)
   charges = schedule.charges(jnp.asarray(state.steps))
   d = _table_delta(schedule, "main", charges, value, dtype)
+  d = _accountant._floor_delta(d, value, None)  # pylint: disable=protected-access  # Gaussian: δ > 0
   return jnp.where(jnp.asarray(state.steps) == 0, 0.0, d)
 
 

@@ -238,3 +238,26 @@ def test_state_round_trips_and_hand_built_state():
   hand = A.RdpState(rdp=st.rdp, compensation=st.compensation)
   assert len(jax.tree_util.tree_leaves(hand)) == 2
   assert float(_delta64(acc, hand, 60.0)) == TINY64
+
+
+def test_optax_in_jit_read_is_floored():
+  """``jaxdp.optax.delta`` read inside jit (the known schedule's table, one
+  step of q = 1, σ = 1): never 0 where the host answers a positive δ; in
+  float64 bitwise the host's floor (was 0 in both dtypes)."""
+  from jaxdp import optax as dpo  # pylint: disable=g-import-not-at-top
+
+  def one_step():
+    tx = dpo.dp_aggregate(1.0, 1.0, 1.0, seed=0)
+    params = {"w": jnp.ones(3)}
+    _, st = tx.update({"w": jnp.zeros((4, 3))}, tx.init(params), params)
+    return st
+
+  eps = jnp.array([13.5, 20.0, 60.0])
+  st = one_step()
+  got = np.asarray(jax.jit(dpo.delta)(st, eps), np.float64)
+  host = np.asarray(jaxdp.delta(1.0, 1.0, 1, np.asarray(eps, np.float64)), np.float64)
+  assert np.all(got >= host) and np.all(got == TINY32)    # host: 5.45e-39, 4.9e-85, tiny64
+  with _numerics.x64():
+    st = one_step()
+    got = np.asarray(jax.jit(dpo.delta)(st, jnp.array([60.0, 200.0])), np.float64)
+  np.testing.assert_array_equal(got, np.full(2, TINY64))
