@@ -9,8 +9,11 @@ sums carries a rounding allowance proportional to its parts' magnitudes
 (:func:`jaxdp._numerics.rounding_allowance`): where α(α-1)/(2σ²) and α·log q cancel (large α,
 small q) float32 rounding reaches ~1e-3 relative, so there the float32 value
 is up to ~1% looser (α ≳ 1000) but stays an upper bound. Float32 quadrature
-(traced or fractional orders) adds a flat, measured 2e-3 for the way XLA
-compiles it (``_F32_COMPILED``).
+(traced or fractional orders) instead adds a proven a-priori bound on its
+round-off per node, weight and sum (``_f32_node_bound``; proof in
+docs/mathematics.md, "Float32 quadrature round-off"), which assumes only
+correctly rounded arithmetic and XLA's float32 exp/log/log1p/expm1 within the
+tested ``_F32_TAU`` units of roundoff.
 
 Mathematics: Mironov, Talwar & Zhang, "Rényi Differential Privacy of the
 Sampled Gaussian Mechanism" (2019), §3. For Poisson sampling with rate q and
@@ -197,13 +200,100 @@ def _binomial_terms(log_q, log_1mq, sigma, coef, rest, k, xp=jnp, coef_err=0.0):
   return terms + nx.rounding_allowance(scale, terms, xp) + coef_err
 
 
-# Float32 quadrature as XLA compiles it (jax 0.10.2, CPU) can differ from the
-# same formulas evaluated op by op: in some compiled programs its algebraic
-# simplifier cost up to 7.6e-4 in log(A_α - 1) (q = 2.6e-4, σ = 5.58, α = 351,
-# in a batch of 4096; q = 1.3e-3, σ = 3.76, α = 115 alone), beyond any
-# per-term allowance (exact with the pass disabled). Measured, not derived:
-# a flat allowance with a 2.6× margin.
-_F32_COMPILED = 2e-3
+# Float32 quadrature: a proven a-priori round-off bound (docs/mathematics.md,
+# "Float32 quadrature round-off") replaces the flat, measured 2e-3 it used to
+# add. Model: + - * / correctly rounded (unit roundoff _F32_U = 2^-24, normal
+# range); XLA's float32 exp, log, log1p and expm1 primitives within
+# _F32_TAU[f]·u relative (the float32 nodes use no compensated formula, see
+# _log1p). Measured on CPU (jax 0.10.2, dense
+# sweeps over the arguments the quadrature uses,
+# tests/test_rdp_float32_margin.py): exp 1.4u, log 2.0u, log1p 3.4u, expm1
+# 6.4u; CUDA's libdevice documents expf 2 ulps (≤ 4u), logf/log1pf/expm1f
+# 1 ulp (≤ 2u). The assumed bounds keep ≥ 2.35× over the worst measured (and
+# ≥ 1.5× over libdevice). Each formula's bound counts every rounding of every
+# part by magnitude, so reassociation, distribution or reciprocal rewrites by
+# the compiler (which create no new cancelling intermediates) stay covered.
+_F32_U = 2.0 ** -24
+_F32_TAU = {"exp": 6.0, "log": 6.0, "log1p": 8.0, "expm1": 16.0}
+
+
+def _log1p(x, xp=jnp):
+  """log(1 + x): XLA's ``log1p`` primitive in float32 under jit, else the
+  faster compensated :func:`jaxdp._numerics.log1p`.
+
+  The compensated form log(v) - ((v - 1) - x)/v, v = fl(1 + x), relies on
+  (v - 1) - x being evaluated as written; a compiled float32 program that
+  simplifies it loses the correction (error up to u/|x| relative, which the
+  proven bound of :func:`_f32_node_bound` does not allow). The primitive has
+  no such internal structure for the compiler to rewrite.
+  """
+  x = xp.asarray(x)
+  if xp is jnp and jnp.finfo(x.dtype).eps > 1e-10:
+    return jnp.log1p(x)
+  return nx.log1p(x, xp)
+
+
+def _f32_node_bound(p, o: _Order, s2, log_q, log_1mq, log_norm, z, xp=jnp):
+  """Proven bound on the float32 round-off of one node's log-integrand.
+
+  First-order error analysis of :func:`_log_integrand_f` (branches (a), (b),
+  (c)) under the model of ``_F32_TAU``, plus its square for the second-order
+  terms (the bound is ≪ 1 wherever a node matters). Proof in
+  docs/mathematics.md ("Float32 quadrature round-off").
+
+  Args:
+    p: the node's intermediate values (dict; names as in _log_integrand_f).
+    o, s2, log_q, log_1mq, log_norm, z: as in :func:`_log_integrand_f`.
+
+  Returns:
+    Absolute bound on |computed - exact| of the node's log value (≥ 0).
+  """
+  U = _F32_U
+  t_exp, t_log, t_l1p, t_em1 = (_F32_TAU[k] for k in ("exp", "log", "log1p", "expm1"))
+  a = lambda v: xp.abs(xp.where(xp.isfinite(v), v, 0.0))
+  alpha, beta = o.alpha, o.beta
+  d_lq = t_log * U * a(log_q)
+  rel_e = t_em1 * U + 4.0 * U * (1.0 + a(p["x"]))             # e = expm1(x), x 3-4 roundings
+  rho = t_exp * U + d_lq + rel_e + U                           # u = exp(log q)·e, relative
+  d_norm = (t_log + 2.0) * U * (a(log_norm) + 2.0)
+  gauss = p["gauss"]
+  d_gauss = 4.0 * U * gauss
+  lg = p["lg"]
+  d_lg_fn = t_log * U * a(lg)
+  d_logu = d_lq + rel_e + t_log * U * a(p["log_abs_e"]) + U * (a(log_q) + a(p["log_abs_e"]))
+  # (a) log C(α,2) + 2 log|u| + log(bracket) - z²/(2σ²) - log_norm.
+  log_c2 = o.log_c2
+  b_a = ((3.0 * U + t_log * U * a(log_c2)) + 2.0 * d_logu + d_lg_fn + (40.0 * U + rho / 9.0) / 0.9
+         + d_gauss + d_norm
+         + 4.0 * U * (a(log_c2) + 2.0 * a(p["log_abs_u"]) + a(lg) + gauss + a(log_norm)))
+  # (b) log β + l + log(E - w) - z²/(2σ²) - log_norm; S = |d log f / d log u|
+  # ≤ max(α + 2, 2/β) carries u's error.
+  l, bl, emw = p["l"], p["bl"], p["e_minus_w"]
+  sens = xp.maximum(alpha + 2.0, 2.0 * o.inv_beta)
+  d_l = xp.where(p["huge"], d_logu, t_l1p * U * a(l))
+  d_bl = beta * d_l + 2.0 * U * a(bl)
+  abs_bl = xp.maximum(a(bl), 1e-30)
+  rel_big_e = (t_em1 + 2.0) * U + d_bl * (1.0 + 1.0 / abs_bl)
+  big_e = emw + p["w"]
+  d_emw = a(big_e) * rel_big_e + 2.0 * U * a(p["w"]) + U * a(emw)
+  d_lg_b = d_lg_fn + d_emw / xp.maximum(a(emw), 1e-30)
+  b_b = (sens * rho + t_log * U * a(o.log_beta) + U + d_l + d_lg_b + d_gauss + d_norm
+         + 4.0 * U * (a(o.log_beta) + a(l) + a(lg) + gauss + a(log_norm)))
+  # (c) K - (z-α)²/(2σ²) + α·softplus(-t) - log_norm (recentred).
+  sp = p["sp"]
+  half_b = beta / (2.0 * s2)
+  k_const = alpha * (log_q + half_b)
+  dz = z - alpha
+  shift = dz * dz / (2.0 * s2)
+  c = log_q - log_1mq
+  d_c = d_lq + t_l1p * U * a(log_1mq) + U * a(c)
+  rel_y = t_exp * U + d_c + rel_e + 3.0 * U
+  b_c = ((t_log + 2.0) * U * alpha * a(log_q) + 5.0 * U * alpha * half_b + U * a(k_const)
+         + 5.0 * U * shift + alpha * sp * (t_l1p * U + rel_y + U) + d_norm
+         + 3.0 * U * (a(k_const) + shift + alpha * sp + a(log_norm)))
+  bound = xp.where(p["use_plain"], xp.where(p["small"], b_a, b_b), b_c)
+  bound = xp.minimum(xp.where(xp.isnan(bound), xp.inf, bound), 1e15)   # finite, ≥ the bound
+  return bound + bound * bound
 
 
 def _logsumexp(x, axis, xp=jnp):
@@ -318,7 +408,7 @@ def _log_integrand_f(z, o: _Order, s2, log_q, log_1mq, log_norm, xp=jnp):
     bracket = 1.0 + us * coef * bracket
   # (b)
   ub = xp.where(small | huge, 1.0, u)
-  l = xp.where(huge, log_abs_u, nx.log1p(ub, xp))
+  l = xp.where(huge, log_abs_u, _log1p(ub, xp))
   w = xp.where(huge, 1.0, ub / (1.0 + ub))
   bl = o.beta * l
   moderate = bl <= 40.0
@@ -334,8 +424,9 @@ def _log_integrand_f(z, o: _Order, s2, log_q, log_1mq, log_norm, xp=jnp):
            + 80.0)
   plain = -gauss + log_f
   mag_plain = gauss + xp.abs(lg) + xp.where(small, mag_a, mag_b)
-  if xp.finfo(z.dtype).eps > 1e-10:
-    high, mag_high = _recentred_high(z, x, e, o, s2, log_q, log_1mq, xp)
+  f32 = xp.finfo(z.dtype).eps > 1e-10
+  if f32:
+    high, mag_high, sp = _recentred_high(z, x, e, o, s2, log_q, log_1mq, xp)
   else:
     # float64: the plain form (one exp and one log fewer per node) with
     # the allowance of its parts (~1e-11 absolute at α ~ 10⁴): l is off by
@@ -344,8 +435,16 @@ def _log_integrand_f(z, o: _Order, s2, log_q, log_1mq, log_norm, xp=jnp):
     mag_high = gauss + o.alpha * (xp.abs(l) + xp.abs(log_q) + xp.abs(x) + 3.0)
   use_plain = small | moderate
   value = xp.where(use_plain, plain, high) - log_norm
-  mag = xp.where(use_plain, mag_plain, mag_high) + xp.abs(log_norm)
-  value = value + nx.rounding_allowance(mag, value, xp)
+  if f32:
+    # Proven (first-order, see _F32_TAU) instead of the measured allowance.
+    parts = dict(x=x, e=e, log_abs_e=log_abs_e, log_abs_u=log_abs_u, l=l, w=w, bl=bl,
+                 e_minus_w=e_minus_w, lg=lg, gauss=gauss, sp=sp, small=small, huge=huge,
+                 use_plain=use_plain)
+    bound = _f32_node_bound(parts, o, s2, log_q, log_1mq, log_norm, z, xp)
+    value = xp.where(value == -xp.inf, -xp.inf, value + bound)
+  else:
+    mag = xp.where(use_plain, mag_plain, mag_high) + xp.abs(log_norm)
+    value = value + nx.rounding_allowance(mag, value, xp)
   return xp.where(log_abs_u == -xp.inf, -xp.inf, value)
 
 
@@ -357,7 +456,7 @@ def _recentred_high(z, x, e, o: _Order, s2, log_q, log_1mq, xp=jnp):
   x > 0, so e + 1 = e^x to an ulp (clipped at the cap, sp only rounds up).
   """
   c = log_q - log_1mq
-  sp = nx.log1p(xp.exp(-c) / (e + 1.0), xp)
+  sp = _log1p(xp.exp(-c) / (e + 1.0), xp)
   k_ab = o.alpha * xp.abs(log_q) + o.alpha * o.beta / (2.0 * s2)
   k_const = o.alpha * (log_q + o.beta / (2.0 * s2))
   dz = z - o.alpha
@@ -365,7 +464,8 @@ def _recentred_high(z, x, e, o: _Order, s2, log_q, log_1mq, xp=jnp):
   # t is off by ~(|x| + |c|) ulps, moving α·softplus(-t) by α·sigmoid(-t) ≤
   # α·softplus(-t) per unit (log(1 + y) ≥ y/(1 + y)).
   abs_c = xp.where(xp.isfinite(c), xp.abs(c), 0.0)   # c = +inf at q = 1 (then sp = 0)
-  return k_const - shift + o.alpha * sp, k_ab + shift + o.alpha * sp * (xp.abs(x) + abs_c + 3.0)
+  return (k_const - shift + o.alpha * sp, k_ab + shift + o.alpha * sp * (xp.abs(x) + abs_c + 3.0),
+          sp)
 
 
 @functools.partial(jax.jit, static_argnames=("nodes",))
@@ -478,9 +578,37 @@ def _log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes=_NODES_PE
   # per mode, each mode carrying ≥ peak·σ·√(2π) (G'' ≥ -1/σ²).
   z_max = xp.maximum(xp.abs(left), xp.abs(right))
   shifted = nx.rounding_allowance(z_max / sigma, zero, xp)
-  if xp.finfo(dtype).eps > 1e-10:
-    shifted = shifted + _F32_COMPILED
-  return _logsumexp(xp.concatenate([la, lb], axis=-1), axis=-1, xp=xp) + shifted
+  if xp.finfo(dtype).eps <= 1e-10:
+    return _logsumexp(xp.concatenate([la, lb], axis=-1), axis=-1, xp=xp) + shifted
+  # Float32: proven bounds on the weights' and the sum's round-off.
+  la = la + _f32_weight_bound(la, log_ha, xp)
+  lb = lb + _f32_weight_bound(lb, log_hb, xp)
+  out = _logsumexp(xp.concatenate([la, lb], axis=-1), axis=-1, xp=xp)
+  return out + _f32_sum_bound(out, 2 * n, xp) + shifted
+
+
+def _f32_weight_bound(node, log_h, xp=jnp):
+  """Float32 round-off of log h = log((b - a)/(n - 1)) and the adds of log h
+  and log(1/2) to a node's value (three subtractions/divisions, one log, two
+  adds)."""
+  U, T = _F32_U, _F32_TAU["log"]
+  lh = xp.abs(log_h)[..., None]
+  fin = xp.where(xp.isfinite(node), xp.abs(node), 0.0)
+  return (T + 4.0) * U * (lh + 2.0) + 2.0 * U * (fin + lh + 1.0)
+
+
+def _f32_sum_bound(out, n_terms, xp=jnp):
+  """Float32 round-off of the log-sum-exp of ``n_terms`` node values.
+
+  With m the largest value and s = Σ exp(x_i - m) ≥ 1: the subtractions move
+  each term by ≤ u|x_i - m| relatively (Σ_i w_i|x_i - m| ≤ N/e since
+  y·e^{-y} ≤ 1/e and s ≥ 1), exp by τu, the sum of N non-negative terms in
+  any order by (N - 1)u (Higham 2002, §4.2), log s by τu·log N, the final
+  add by u|out| (doubled for the first-order slack).
+  """
+  U = _F32_U
+  const = _F32_TAU["exp"] + _F32_TAU["log"] * math.log(n_terms) + n_terms + n_terms / math.e + 2.0
+  return xp.where(xp.isfinite(out), U * (const + 2.0 * xp.abs(out)), 0.0)
 
 
 # --------------------------------------------------------------------------
@@ -533,7 +661,7 @@ def _prep(q, sigma, xp=jnp):
   qs = xp.clip(q, 0.0, 1.0)
   log_q = nx.safe_log(qs, xp)
   log_1mq = nx.safe_log(1.0 - qs, xp)
-  log_1mq = xp.where(qs < 0.5, nx.log1p(-xp.minimum(qs, 0.5), xp), log_1mq)
+  log_1mq = xp.where(qs < 0.5, _log1p(-xp.minimum(qs, 0.5), xp), log_1mq)
   return q, sigma, log_q, log_1mq, dtype
 
 
@@ -558,8 +686,10 @@ def sampled_gaussian(q, sigma, alpha, *, _nodes=None):
   log-term is raised by a rounding allowance for its parts' magnitudes,
   which keeps float32 values upper bounds at the price of up to ~1% extra
   looseness there (α ≳ 1000, ``tests/test_soundness.py``); float64 gives
-  up ~1e-11 at most. Float32 quadrature adds a measured 2e-3 to
-  log(A_α - 1): compiled by XLA it was up to 7.6e-4 off.
+  up ~1e-11 at most. Float32 quadrature adds a proven bound on its
+  round-off to log(A_α - 1) (``_f32_node_bound``: ≲ 2e-4 relative in RDP
+  for α ≤ 100, up to ~1.6% at α ~ 4000), in place of the flat measured 2e-3
+  it used to add.
   Quadrature uses 64 nodes per window, 40 when every concrete σ ≥ 0.5.
 
   Args:
