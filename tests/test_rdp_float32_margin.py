@@ -158,10 +158,14 @@ def _e2e(cases):
                   for c in zip(q, s, a)])
   rel = ours / ref - 1.0
   assert np.all(rel >= 0), [(cases[i], rel[i]) for i in np.nonzero(rel < 0)[0]]
-  # Looseness of the proven bound: ≤ 2e-3 for α ≤ 100 (it was ≥ 2e-3
-  # everywhere with the flat 2e-3), ≤ 2% at α up to 4000 (was ~1.2%).
+  # Looseness of the proven bound (stated limits): for α ≤ 100 typically
+  # ~1e-4 (the flat 2e-3 made it ≥ 2.05e-3 everywhere: the median check
+  # fails on that code) and ≤ 3e-3 (α → 1 at small σ: 2.6e-3 found in a
+  # 16k-point scan); ≤ 2% up to α = 4000.5 (the scan: 3.6% at α ≈ 8000,
+  # where the flat margin's code gave 2.2%).
   small = a <= 100
-  assert rel[small].max() <= 2e-3, rel
+  assert np.median(rel[small]) <= 1e-3, rel
+  assert rel[small].max() <= 3e-3, rel
   assert rel.max() <= 2e-2, rel
   return rel
 
