@@ -61,9 +61,11 @@ WIDE = 0.1
 _DELTA_FLOOR = 1e-300
 
 
-def _wide(name, lo, up):
+def _wide(name, lo, up, value=None):
   """Where ``[lo, up]`` is +∞ or wide (see :data:`WIDE`); and a priority
-  (relative width, +∞ first) for the cap."""
+  (relative width, +∞ first) for the cap. For δ, ``value`` (the ε queried)
+  must be finite: δ(+∞) is the mass at infinite loss, whose kernel bound
+  (the truncated tails, ~1e-17) is worth no general-engine run."""
   with np.errstate(invalid="ignore", divide="ignore"):
     if name == "epsilon":
       scale = np.maximum(up, 0.1)
@@ -73,6 +75,8 @@ def _wide(name, lo, up):
       scale = np.maximum(up, 1e-300)
       width = up - np.maximum(lo, 0.0)
       need = (up > _DELTA_FLOOR) & (width > WIDE * scale)
+      if value is not None:
+        need &= np.isfinite(value)
     rank = np.where(np.isinf(up), np.inf, np.nan_to_num(width / scale, nan=np.inf))
   return need, rank
 
@@ -97,7 +101,7 @@ def intersect_general(name, q, sigma, steps, value, lo, up, rtol):
   shape = np.shape(up)
   q, sigma, steps, value, lo, up = (np.array(a, np.float64).reshape(-1)
                                     for a in (q, sigma, steps, value, lo, up))
-  need, rank = _wide(name, lo, up)
+  need, rank = _wide(name, lo, up, value)
   need &= (q > 0) & (np.round(steps) >= 1)
   if not np.any(need):
     return lo.reshape(shape), up.reshape(shape)

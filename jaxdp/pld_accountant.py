@@ -234,7 +234,79 @@ def _query_many(phase_lists, values, want_epsilon, vdi, rtol):
     extra = [o for _, _, o in members] if any(o for _, _, o in members) else None
     lo[idx], up[idx] = _fast_many([f for _, f, _ in members], values[idx], want_epsilon,
                                   vdi, rtol, extra)
+    _best_many(phase_lists, idx, values, lo, up, want_epsilon, vdi, rtol)
   return lo, up
+
+
+def _best_many(phase_lists, idx, values, lo, up, want_epsilon, vdi, rtol):
+  """The best certified interval for the kernel's multi-phase configurations
+  ``idx`` (rows of ``lo``/``up``, updated in place), as
+  :mod:`jaxdp._pld_fallback` makes it for one phase: the general engine's
+  interval intersected in where the kernel's is +∞ or wide (at most
+  ``_pld_fallback.MAX_CONFIGURATIONS`` configurations per call, the widest
+  first), then the upper end capped by the RDP bound where every phase is
+  a (Poisson-sampled) Gaussian (:func:`_rdp_grid_bound`).
+  """
+  from jaxdp import _pld_fallback  # pylint: disable=g-import-not-at-top
+  name = "epsilon" if want_epsilon else "delta"
+  need, rank = _pld_fallback._wide(name, lo[idx], up[idx], values[idx])  # pylint: disable=protected-access
+  worst = np.where(need, rank, -1.0).max(axis=1)
+  for k in np.argsort(-worst, kind="stable")[:_pld_fallback.MAX_CONFIGURATIONS]:
+    if worst[k] < 0:
+      break
+    i = idx[k]
+    try:
+      g_lo, g_up = _general_fallback(phase_lists[i], values[i], want_epsilon, vdi, rtol)
+    except ValueError:   # GridTooLarge, or a user-given h beyond its budget: kernel's stays
+      continue
+    lo[i], up[i] = _pld_fallback.combine(lo[i], up[i], g_lo, g_up)
+  for i in idx:
+    rdp_up = _rdp_grid_bound(phase_lists[i], values[i], want_epsilon)
+    if rdp_up is not None:
+      lo[i], up[i] = _pld_fallback.combine(lo[i], up[i], None, rdp_up)
+
+
+def _general_fallback(phases, values, want_epsilon, vdi, rtol):
+  """The general engine's interval, as :func:`_general_one` computes it, for
+  the fallback of :func:`_best_many` (an intersection with the kernel's
+  interval, not a routing decision: kept apart from the routing's
+  :func:`_general_one`)."""
+  from jaxdp import mechanisms, pld_general  # pylint: disable=g-import-not-at-top
+  pairs = [(mechanisms.dominating_pairs(ev), c) for ev, c in phases]
+  fn = pld_general.epsilon if want_epsilon else pld_general.delta
+  lo, up = fn(pairs, values, value_discretization_interval=vdi, rtol=rtol, return_bounds=True)
+  return np.asarray(lo, np.float64).reshape(-1), np.asarray(up, np.float64).reshape(-1)
+
+
+def _rdp_grid_bound(phases, values, want_epsilon):
+  """The RDP upper bound of a composition of (Poisson-sampled) Gaussian
+  phases at ``values`` (δ for ε, ε for δ): the phases' RDP curves at
+  :data:`jaxdp.rdp.DEFAULT_ORDERS` summed (Mironov 2017, Prop. 1), each
+  computed on the host as :func:`jaxdp.epsilon` computes it
+  (:func:`jaxdp._host_rdp.per_step_rdp`, rounded up), then the improved
+  conversion's grid minimum (Balle et al. 2020, Prop. 12; no search between
+  the orders, so never below the every-real-order value of one phase).
+  None where a phase is another event.
+  """
+  from jaxdp import _host_rdp, rdp  # pylint: disable=g-import-not-at-top
+  params = [_fast_params(ev) for ev, _ in phases]
+  if not phases or any(p is None for p in params):
+    return None
+  orders = rdp.DEFAULT_ORDERS
+  q = np.array([p[0] for p in params], np.float64)
+  sigma = np.array([p[1] for p in params], np.float64)
+  counts = np.array([c for _, c in phases], np.float64)
+  with num.x64(), np.errstate(all="ignore"):
+    total = (counts[:, None] * _host_rdp.per_step_rdp(q, sigma, orders)).sum(axis=0)
+    total = np.broadcast_to(total, (values.size, orders.size))
+    if want_epsilon:
+      out = rdp._to_epsilon(total, orders, values, "improved", np)[0]  # pylint: disable=protected-access
+    else:
+      from jaxdp import _api  # pylint: disable=g-import-not-at-top
+      out = rdp._to_delta(total, orders, values, np)  # pylint: disable=protected-access
+      out = _api.delta_floor(out, np.ones(values.shape), np.ones(values.shape), values)
+  out = np.asarray(out, np.float64)
+  return np.where(np.isnan(out), np.inf, out)
 
 
 def make_accountant(*, value_discretization_interval=None, rtol=1e-3):
