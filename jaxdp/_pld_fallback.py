@@ -1,10 +1,11 @@
 """The public PLD answer is the best certified one: kernel ∩ general engine ∩ RDP.
 
 At extreme but legal inputs (σ ≈ 0.05, or 10⁵-10⁶ steps with δ <= 1e-10)
-the batched kernel (:mod:`jaxdp.pld`) bounds its FFT round-off by an
-allowance per node that is comparable to δ: its sound upper ε is +∞, or
-finite but far above the lower end (q = 1e-3, σ = 1, T = 10⁶, δ = 1e-12:
-[8.456, 12.236], above the RDP bound 10.168). The general engine
+the batched kernel (:mod:`jaxdp.pld`) can carry a round-off bound
+comparable to δ: its sound upper ε is +∞, or finite but far above the
+lower end (measured with the kernel's earlier allowance at q = 1e-3, σ = 1,
+T = 10⁶, δ = 1e-12: [8.456, 12.236], above the RDP bound 10.168). Nothing
+here assumes a particular kernel width. The general engine
 (:mod:`jaxdp.pld_general`) bounds round-off per convolution with exponential
 tilting towards the query; where its grid fits it answers those finitely
 and often tightly (q = 1.8e-3, σ = 3.65, T = 10⁵, δ = 1e-12: [1.0467,
@@ -27,6 +28,20 @@ the general engine's intervals cross (only a bug can do that) the guards
 where the RDP bound falls below a lower end that passed the guards' 1e-9
 relative tolerance the upper end is raised back to it (:func:`combine`;
 raising an upper bound is always sound).
+
+Same question, same number: every surface above runs this one path
+(:func:`jaxdp.pld.guarded_bounds` with ``best=True``; the accountant's
+single-phase configurations through it too), so their answers are bitwise
+equal for the same call (the general engine's intervals are cached per
+(q, σ, T, queries, rtol)). Two documented exceptions: the RDP bound comes
+from the host path for the first calls of a process and from the compiled
+programs later (they agree to 2e-13 relative, tests/test_host_rdp.py), and
+a call holding more than :data:`MAX_CONFIGURATIONS` wide configurations
+leaves those beyond the cap with the kernel's interval capped by RDP, where
+the same question asked alone gets the general engine too. The
+accountant's multi-phase configurations get the same treatment
+(:func:`jaxdp.pld_accountant._best_many`) with an RDP bound from the summed
+phase curves.
 
 Cost and cap. The general engine takes seconds per configuration at these
 inputs, so it is asked (:func:`intersect_general`) only where the kernel's
