@@ -67,7 +67,7 @@ def _power(z, n, bits):
 
 
 @functools.partial(jax.jit, static_argnames=("size", "bits"))
-def _compose_group(p, steps, host_terms=None, *, size, bits):
+def _compose_group(p, steps, input_rel=None, *, size, bits):
   """Composes a group of windows, each row on its own (cyclically), with a
   proven bound on every composed entry's round-off.
 
@@ -83,8 +83,8 @@ def _compose_group(p, steps, host_terms=None, *, size, bits):
 
   Round-off (docs/mathematics.md, "Round-off of the fast kernel"): with
   n = size = 2^L, u = eps/2, m_k the folded PMF's mass and η = _LEVEL_ULPS·u,
-  every forward spectral value is within E_k = γ_{L+1}(η)·m_k (+ the fold's
-  γ_{r-1}(u)·m_k) of the exact DFT; with R_{k,f} >= |ŝ_{k,f}| + E_k, the
+  every forward spectral value is within E_k = γ_{L+1}(η)·m_k (+ the
+  inputs' and the fold's relative errors times m_k) of the exact DFT; with R_{k,f} >= |ŝ_{k,f}| + E_k, the
   computed product of powers differs from the exact one by at most
 
     D_f = Π_k R_{k,f}^{T_k} · (Σ_k T_k E_k / R_{k,f} + γ_{T-1+phases}(ρ))
@@ -97,8 +97,9 @@ def _compose_group(p, steps, host_terms=None, *, size, bits):
     p: (m, phases, width) one-step PMFs (entries >= 0), one window per row
       (pessimistic or optimistic, of any configuration and direction).
     steps: (m, phases) integer step counts, below 2**bits (count 0: padding).
-    host_terms: (m,) the number of one-step entries the host already summed
-      into each folded entry (1 or None: not folded on the host).
+    input_rel: (m,) bound on the relative error of each row's entries
+      against the exact PMF the bound is about (host folding, tilting:
+      :mod:`jaxdp._pld_tilt`); None: exact inputs.
     size: FFT length (static, a power of two).  bits: :func:`power_bits` of
       the steps (static).
   Returns:
@@ -113,10 +114,11 @@ def _compose_group(p, steps, host_terms=None, *, size, bits):
   reps = -(-width // size)
   folded = jnp.pad(p, ((0, 0), (0, 0), (0, reps * size - width)))
   folded = folded.reshape(m, n_ph, reps, size).sum(axis=2)
-  host_terms = jnp.ones((m,), dtype) if host_terms is None else host_terms.astype(dtype)
+  input_rel = jnp.zeros((m,), dtype) if input_rel is None else input_rel.astype(dtype)
   levels = float(size.bit_length())   # log2(size) + 1: the real transform's extra pass
   g_fft = _gamma(levels, _LEVEL_ULPS * u)   # (1 + 20u)^levels - 1
-  g_fold = _gamma(host_terms * reps - 1.0, u)[:, None]
+  g_dev = _gamma(float(reps - 1), u)
+  g_fold = (input_rel + g_dev + input_rel * g_dev)[:, None]
   # Masses (sums of n >= 0 terms: relative error <= gamma_n), an upper bound.
   mass = jnp.sum(folded, axis=-1) * (1.0 + _gamma(float(size), u))      # (m, phases)
   e1 = (g_fft + g_fold) * mass + jnp.finfo(dtype).tiny                  # (m, phases)

@@ -25,6 +25,7 @@ import math
 
 import numpy as np
 
+from jaxdp import _pld_tilt
 from jaxdp.pld_general import discounted_suffix_sums
 
 _EPS = float(np.finfo(np.float64).eps)
@@ -248,8 +249,24 @@ def _cyclic_slice(row, rot, k0, k1):
   return np.concatenate([row[lo:], row[:lo + count - n]])
 
 
+def _tilted_values(w_r, node_err, first_node, params, lower):
+  """Untilted node values of a tilted composition's nodes (:mod:`jaxdp._pld_tilt`),
+  with the round-off bound folded in: upper min((max(ŵ, 0) + B)·e^{E}, 1)
+  (a mass is at most 1), lower max(ŵ - B, 0)·e^{E} with the nodes below the
+  kept index dropped. Returns (values, extra wrap to subtract)."""
+  log_d, log_d_err, c_all, g, above, keep = params
+  nodes = first_node + np.arange(w_r.shape[-1], dtype=np.int64)
+  f = _pld_tilt.node_factors(log_d, log_d_err, c_all, g, nodes, upper=not lower)
+  with np.errstate(invalid="ignore", over="ignore"):
+    if not lower:
+      return np.minimum((np.maximum(w_r, 0.0) + node_err) * f, 1.0), 0.0
+    vals = np.maximum(w_r - node_err, 0.0) * f
+  vals = np.where(nodes >= keep, np.nan_to_num(vals, nan=0.0, posinf=0.0), 0.0)
+  return vals, above
+
+
 def answer(w, node_err, start, h, inf_mass, queries, wrap, shift, length, want_epsilon,
-           lower=False, rot=None, rows=None):
+           lower=False, rot=None, rows=None, tilt=None, want_raw=False):
   """Bounds of a group's queries from composed windows of one kind.
 
   Args:
@@ -271,8 +288,13 @@ def answer(w, node_err, start, h, inf_mass, queries, wrap, shift, length, want_e
     want_epsilon: queries are target δ's (else ε's).
     lower: read lower bounds from optimistic windows (else upper bounds
       from pessimistic ones; ``inf_mass`` applies to those).
+    tilt: None, or (m,) per row None or the tilt parameters of a tilted
+      composition (:func:`jaxdp._pld_run._tilt_row`): its nodes are
+      untilted with the round-off bound folded in (:func:`_tilted_values`).
+    want_raw: also return the upper read without the round-off bound (the
+      second pass's tilt centre and trigger).
   Returns:
-    (m, K) NumPy array.
+    (m, K) NumPy array (and the raw read, ``want_raw``).
 
   Only the nodes a query can read are summed (:func:`_read_range`): up to
   the certified window's top, and from the node loss that reports ε = 0 (ε
@@ -290,7 +312,20 @@ def answer(w, node_err, start, h, inf_mass, queries, wrap, shift, length, want_e
   ε +∞ at δ <= ~1e-10 after ~10⁵ steps.)
   """
   m = len(start)
-  per_node = np.asarray(node_err, np.float64)
+  per_node = np.array(np.broadcast_to(np.asarray(node_err, np.float64), (m,)))
+  tilt = [None] * m if tilt is None else list(tilt)
+  extra_wrap = np.zeros(m)
+  node_b = per_node.copy()
+  for r in range(m):
+    if tilt[r] is not None:
+      per_node[r] = 0.0   # folded into the untilted node values
+  wrap = np.asarray(wrap, np.float64)
+
+  def values(r, w_r, first_node):
+    if tilt[r] is None:
+      return w_r
+    vals, extra_wrap[r] = _tilted_values(w_r, node_b[r], first_node, tilt[r], lower)
+    return vals
   rot = np.zeros(m, np.int64) if rot is None else np.asarray(rot)
   rows = np.arange(m) if rows is None else np.asarray(rows)
   start, length = np.asarray(start, np.int64), np.asarray(length, np.int64)
@@ -300,6 +335,7 @@ def answer(w, node_err, start, h, inf_mass, queries, wrap, shift, length, want_e
   k0 = np.array([_read_range(start[r], h[r], length[r], least[r] - shift[r]) for r in range(m)],
                 np.int64)
   out = np.empty(queries.shape)
+  raw = np.empty(queries.shape)
   if want_epsilon:
     # All windows of one coarse block length at once (padded with zeros).
     blocks = np.array([_read_block(x) for x in h])
@@ -308,20 +344,24 @@ def answer(w, node_err, start, h, inf_mass, queries, wrap, shift, length, want_e
       n_read = length[sel] - k0[sel]
       win = np.zeros((len(sel), -(-int(n_read.max()) // b) * b))
       for i, r in enumerate(sel):
-        win[i, :n_read[i]] = _cyclic_slice(w[rows[r]], rot[r], k0[r], length[r])
+        win[i, :n_read[i]] = values(r, _cyclic_slice(w[rows[r]], rot[r], k0[r], length[r]),
+                                    start[r] + k0[r])
       if not lower:
         np.maximum(win, 0.0, out=win)
-      out[sel] = epsilon_on_windows(
-          win, n_read, start[sel] + k0[sel], h[sel], 0.0 if lower else inf_mass[sel],
-          queries[sel] + (wrap[sel, None] if lower else 0.0), lower=lower,
-          per_node=per_node[sel]) + shift[sel, None]
-    return out
+      args = (win, n_read, start[sel] + k0[sel], h[sel], 0.0 if lower else inf_mass[sel],
+              queries[sel] + ((wrap[sel] + extra_wrap[sel])[:, None] if lower else 0.0))
+      out[sel] = epsilon_on_windows(*args, lower=lower, per_node=per_node[sel]) + shift[sel, None]
+      if want_raw:
+        raw[sel] = epsilon_on_windows(*args, lower=lower, per_node=0.0) + shift[sel, None]
+    return (out, raw) if want_raw else out
   for r in range(m):
-    w_r = _cyclic_slice(w[rows[r]], rot[r], k0[r], length[r])
+    w_r = values(r, _cyclic_slice(w[rows[r]], rot[r], k0[r], length[r]), start[r] + k0[r])
     if not lower:
-      out[r] = delta_on_window(np.maximum(w_r, 0.0), start[r] + k0[r], h[r], inf_mass[r],
-                               queries[r] - shift[r], per_node=per_node[r])
+      args = (np.maximum(w_r, 0.0), start[r] + k0[r], h[r], inf_mass[r], queries[r] - shift[r])
+      out[r] = delta_on_window(*args, per_node=per_node[r])
+      if want_raw:
+        raw[r] = delta_on_window(*args, per_node=0.0)
     else:
       out[r] = delta_on_window(w_r, start[r] + k0[r], h[r], 0.0, queries[r] - shift[r],
-                               per_node=-per_node[r]) - wrap[r]
-  return out
+                               per_node=-per_node[r]) - wrap[r] - extra_wrap[r]
+  return (out, raw) if want_raw else out

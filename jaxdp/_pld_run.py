@@ -7,10 +7,13 @@ caps.  The mathematics is in the docstring of :mod:`jaxdp.pld`.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from jaxdp import _pld_extra
 from jaxdp import _pld_readout
+from jaxdp import _pld_tilt
 from jaxdp._pld_compose import _compose_group, power_bits
 from jaxdp._pld_step import (_MAX_ELEMS, _MAX_FFT, _MAX_STEP_GRID, _TAIL, _chunks,
                              _grid_range, _pack, _pow2, _stage1)
@@ -40,6 +43,13 @@ def _row_batches(idx, cap, size):
     out.append((np.concatenate([sel, np.full(rows - len(sel), sel[0])]), len(sel)))
   return out
 
+
+_U = 2.0 ** -53   # unit round-off of float64
+
+# The second pass's cycle is long enough that the mass wrapping from above
+# onto the read nodes, amplified by the tilt, is at most this fraction of
+# the answer's δ (:func:`_tilts`).
+_TILT_WRAP = 1e-6
 
 # Truncation budget per tail and phase, as a fraction of the smallest target δ
 # of the configuration (ε queries); δ queries keep _TAIL.
@@ -105,7 +115,14 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
   rows.fetch()
   directions, grow = _windows(rows, on2, extra, steps, tail, n_ex, grow)
   pending = _compose_windows(directions, steps, n_ex, grow, want_lower)
-  upper, lower = _read_out(pending, directions, h, queries, want_epsilon)
+  upper, lower, centre, scale, hard = _read_out(pending, directions, h, queries, want_epsilon)
+  tilt = _tilts(directions, steps, h, queries, want_epsilon, lower, centre, scale,
+                hard & (grow <= 1.0), want_lower)
+  if tilt:
+    pending = _compose_windows(directions, steps, n_ex, grow, want_lower, tilt=tilt)
+    up2, lo2, _, _, _ = _read_out(pending, directions, h, queries, want_epsilon, tilt=tilt)
+    upper = np.minimum(upper, up2)
+    lower = np.maximum(lower, lo2)
   over = grow > 1.0
   upper[over] = np.nan
   lower[over] = np.nan
@@ -240,7 +257,50 @@ def _windows(rows, on2, extra, steps, tail, n_ex, grow):
   return directions, grow
 
 
-def _compose_windows(directions, steps, n_ex, grow, want_lower):
+def _tilts(directions, steps, h, queries, want_epsilon, lower, centre, scale, hard, want_lower):
+  """The second pass's tilts (:mod:`jaxdp._pld_tilt`): for each configuration
+  whose first-pass upper bound is dominated by the round-off bound
+  (``hard``), {(direction, configuration, kind): (g, first)} with g the tilt
+  centring its composition at ``centre`` (the first pass's upper read
+  without the round-off bound, or the largest queried ε) and, for the
+  optimistic windows, ``first``: the loss index below which the lower read
+  drops its nodes (at or below the first pass's certified lower ε, or the
+  smallest queried ε; dropping mass keeps a lower bound)."""
+  out = {}
+  n_ph = steps.shape[1]
+  for u in np.flatnonzero(hard):
+    if not np.isfinite(centre[u]):
+      continue
+    floor = (np.min(queries[u]) if not want_epsilon else
+             np.min(np.where(np.isfinite(lower[u]), lower[u], np.inf)))
+    for d, dr in enumerate(directions):
+      rows = [u * n_ph + ph for ph in range(n_ph)]
+      for c in ((0, 1) if want_lower else (0,)):
+        phases = _pld_tilt.Phases([dr["pmfs"][c][r] for r in rows], dr["lo_cfg"][u], steps[u])
+        g = _pld_tilt.saddle(phases, centre[u] / h[u])
+        if g <= 0:
+          continue
+        first = None
+        if c == 1:
+          if not np.isfinite(floor):
+            continue
+          first = int(math.floor(floor / h[u])) - 2
+        # The cycle must hold the tilted composition, or its upper tail
+        # wraps onto the read nodes amplified by e^{g·n}: the smallest
+        # length whose Chernoff bound on that mass is below 1e-6 of the
+        # answer's scale.
+        edge = int(math.floor(min(centre[u], floor if c == 1 else np.inf) / h[u])) - 2
+        size = int(dr["size"][c, u])
+        while size <= _MAX_FFT and _pld_tilt.above_wrap(
+            phases, g, edge, size) > _TILT_WRAP * scale[u]:
+          size *= 2
+        if size > _MAX_FFT:
+          continue
+        out[(d, u, c)] = (g, first, size)
+  return out
+
+
+def _compose_windows(directions, steps, n_ex, grow, want_lower, tilt=None):
   """Stage 3: dispatches the compositions, windows grouped by FFT length.
 
   Composition calls group the windows of both directions and both kinds
@@ -250,15 +310,21 @@ def _compose_windows(directions, steps, n_ex, grow, want_lower):
   configuration's two windows side by side, left more padded rows: 83 row
   slots for the 64 windows of benchmarks/pld.py's batch.)
 
-  Returns [(cells, composed, rot)]: the (direction, configuration, kind) of
-  each real row, the call's outputs (XLA arrays, still computing) and each
-  row's rotation (:func:`jaxdp._pld_compose._compose_group`).
+  With ``tilt`` ({(direction, configuration, kind): (g, first)}, from
+  :func:`_tilts`), only those windows are composed, each with its phases
+  tilted by g (:mod:`jaxdp._pld_tilt`).
+
+  Returns [(cells, composed, rot, tilted)]: the (direction, configuration,
+  kind) of each real row, the call's outputs (XLA arrays, still computing),
+  each row's rotation (:func:`jaxdp._pld_compose._compose_group`) and each
+  row's tilt parameters (None where untilted).
   """
   u_count, n_ph = steps.shape
   kinds = (0, 1) if want_lower else (0,)
   items = [(d, u, c) for d in range(len(directions)) for c in kinds for u in range(u_count)
-           if grow[u] <= 1.0]
-  item_size = np.array([directions[d]["size"][c, u] for d, u, c in items], np.int64)
+           if grow[u] <= 1.0 and (tilt is None or (d, u, c) in tilt)]
+  item_size = np.array([directions[d]["size"][c, u] if tilt is None else tilt[(d, u, c)][2]
+                        for d, u, c in items], np.int64)
   pending = []
   for sz in np.unique(item_size):
     group = [items[i] for i in np.nonzero(item_size == sz)[0]]
@@ -277,6 +343,7 @@ def _compose_windows(directions, steps, n_ex, grow, want_lower):
       lo_all = np.zeros((len(cells), n_ph + n_ex), np.int64)
       st_int = np.zeros((len(cells), n_ph + n_ex), np.int64)   # count 0: padding
       win_start = np.zeros(len(cells), np.int64)
+      tilted = [None] * len(cells)
       for r, (d, k, c) in enumerate(cells):
         dr = directions[d]
         lo_all[r, :n_ph] = dr["lo_cfg"][k]
@@ -289,24 +356,52 @@ def _compose_windows(directions, steps, n_ex, grow, want_lower):
         if dr["on"][k]:
           rows2 = (pp[r], scratch) if c == 0 else (scratch, pp[r])
           _pld_extra.place(dr["on"][k], n_ph, *rows2, lo_all[r], st_int[r])
-      host_terms = np.full(len(cells), max(width // int(sz), 1), np.float64)
+        if tilt is not None and r < m:
+          tilted[r] = _tilt_row(pp[r], lo_all[r], st_int[r], tilt[(d, k, c)])
+      # Host folding: sums of width // sz entries >= 0, gamma_{r-1}(u) relatively.
+      r_host = max(width // int(sz), 1) - 1
+      input_rel = np.full(len(cells), r_host * _U / (1.0 - r_host * _U))
+      if tilt is not None:
+        input_rel = input_rel + _pld_tilt.INPUT_REL * (1.0 + input_rel)
       if width > sz:   # fold onto the cycle here: one program per (rows, size)
         pp = pp.reshape(len(cells), n_ph + n_ex, width // int(sz), int(sz)).sum(axis=2)
-      composed = _compose_group(pp, st_int, host_terms, size=int(sz), bits=power_bits(st_int))
+      composed = _compose_group(pp, st_int, input_rel, size=int(sz), bits=power_bits(st_int))
       # Window node j of row r sits at entry (rot_r + j) mod size.
       rot = np.mod(win_start - np.sum(st_int * lo_all, axis=1), int(sz))
-      pending.append((cells[:m], composed, rot))
+      pending.append((cells[:m], composed, rot, tilted[:m]))
   return pending
 
 
-def _read_out(pending, directions, h, queries, want_epsilon):
+def _tilt_row(row, lo, st, tilt):
+  """Tilts one composition row in place; returns its read-out parameters
+  (log_d, log_d_err, c_all, g, above-wrap mass, first node index kept)."""
+  g, first, size = tilt
+  above = 0.0
+  if first is not None:   # optimistic: the mass that wraps down, amplified
+    # of every phase on the row (other events' phases included)
+    above = _pld_tilt.above_wrap(_pld_tilt.Phases(list(row), lo, st), g, first, size)
+  log_d, log_d_err, c_all = _pld_tilt.tilt_row(row, lo, st, g)
+  return (log_d, log_d_err, c_all, g, above, first)
+
+
+def _read_out(pending, directions, h, queries, want_epsilon, tilt=None):
   """Stage 4: the (U, K) upper and lower bounds from the composed windows,
   read on the host (:func:`jaxdp._pld_readout.answer`) in dispatch order:
   while one group's windows are read out, XLA composes the later groups.
-  Each bound is the worse of the two directions."""
+  Each bound is the worse of the two directions (configurations not
+  composed in this pass stay -inf, +inf for the upper bound of a tilted
+  pass: ``tilt`` given).
+
+  Returns (upper, lower, centre, scale, hard): centre (U,) the tilt centre
+  for a second pass (the largest upper read without round-off bound, ε
+  queries; the largest queried ε otherwise), scale (U,) the smallest δ in
+  question (target, or read) and hard (U,) whether the round-off bound
+  moved an upper answer (by more than 1e-4 relative, or to +inf).
+  """
   upper = np.full(queries.shape, -np.inf)
   lower = np.full(queries.shape, -np.inf)
-  for cells, composed, rot in pending:
+  raw = np.full(queries.shape, -np.inf)
+  for cells, composed, rot, tilted in pending:
     composed = [np.asarray(o) for o in composed]
     for c, out in ((0, upper), (1, lower)):
       rows = [r for r, cell in enumerate(cells) if cell[2] == c]
@@ -323,9 +418,26 @@ def _read_out(pending, directions, h, queries, want_epsilon):
           composed[0], composed[1][rows], a_w.astype(np.int64),
           h[cfg], take("inf_cfg"), queries[cfg], take("wrap_cfg"), take("shift")[:, c],
           (b_w - a_w + 1).astype(np.int64), want_epsilon=want_epsilon, lower=c == 1,
-          rot=rot[rows], rows=rows)
+          rot=rot[rows], rows=rows, tilt=[tilted[r] for r in rows],
+          want_raw=c == 0 and tilt is None)
+      if c == 0 and tilt is None:
+        got, got_raw = got
+        np.maximum.at(raw, cfg, got_raw)
       np.maximum.at(out, cfg, got)
-  return upper, lower
+  if tilt is not None:
+    done = np.zeros(len(queries), bool)
+    done[[u for (_, u, c) in tilt if c == 0]] = True
+    upper[~done] = np.inf
+  with np.errstate(invalid="ignore"):
+    if want_epsilon:
+      hard = (upper > raw + 1e-4 * np.maximum(np.abs(raw), 1e-3)) & np.isfinite(raw)
+      centre = np.max(np.where(np.isfinite(raw), raw, -np.inf), axis=1)
+      scale = np.min(queries, axis=1)
+    else:
+      hard = (upper > raw * (1.0 + 1e-3)) & (raw > 0)
+      centre = np.max(queries, axis=1)
+      scale = np.min(np.where(raw > 0, raw, np.inf), axis=1)
+  return upper, lower, centre, scale, np.any(hard, axis=1)
 
 
 def _run_within_memory(q, sigma, steps, h, queries, *, want_epsilon, automatic, extra=None,

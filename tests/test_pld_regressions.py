@@ -156,7 +156,10 @@ def test_issue_calibration_meets_target():
 def test_mass_round_off_not_amplified_by_a_million_steps():
   """q = 1: T Gaussian steps are one Gaussian with μ = √T/σ (closed form). The
   optimistic PMF once summed to 1 + 3e-13, raised to T = 10^6 (lower bound
-  3e-7 above the exact δ); the pessimistic deficit now goes to infinity."""
+  3e-7 above the exact δ); the pessimistic deficit now goes to infinity.
+  Width: the kernel's proven round-off bound (issue 35) at 10^6 steps costs
+  ~5.5e-7 of δ ~ 4e-3 here (1.4e-4 relative; the empirical allowance it
+  replaced, ~1e-8); these reads sit in the bulk, where tilting cannot help."""
   from scipy.stats import norm
   s, t = 100.0, 10 ** 6
   mu = np.sqrt(t) / s
@@ -164,7 +167,7 @@ def test_mass_round_off_not_amplified_by_a_million_steps():
     exact = norm.cdf(mu / 2 - eps / mu) - np.exp(eps) * norm.cdf(-mu / 2 - eps / mu)
     lo, up = pld.delta(1.0, s, t, eps, return_bounds=True)
     assert lo <= exact <= up, (eps, lo, exact, up)
-    assert up - lo <= 1e-7
+    assert up - lo <= 1e-6
 
 
 def test_rare_huge_losses_keep_a_sane_window():

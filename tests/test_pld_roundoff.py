@@ -107,13 +107,13 @@ def test_composed_entries_are_within_the_node_bound(size, width, steps):
 
 
 def test_host_folding_is_part_of_the_bound():
-  """A row folded on the host (``host_terms`` > 1) gets a larger bound than
-  the same row unfolded, by the folding's gamma_{r-1}(u) per unit of mass."""
+  """A row whose entries carry a relative error (host folding of 4 entries:
+  gamma_3(u); tilting) gets a larger bound than the same exact row."""
   rng = np.random.default_rng(7)
   p = _rows(rng, 4096)
   st = np.array([[100, 1]] * 4)
   with x64():
     _, one = _compose_group(jnp.asarray(p), jnp.asarray(st), size=4096, bits=power_bits(st))
-    _, four = _compose_group(jnp.asarray(p), jnp.asarray(st), jnp.full((4,), 4.0), size=4096,
+    _, four = _compose_group(jnp.asarray(p), jnp.asarray(st), jnp.full((4,), 3.0 * _U), size=4096,
                              bits=power_bits(st))
   assert np.all(np.asarray(four) > np.asarray(one))
