@@ -286,6 +286,12 @@ def delta(q, sigma, steps, epsilon, *, accountant: str = "rdp", orders=None):
     return nx.to_host(_run_chunked("delta", q, sigma, steps, epsilon, orders, "improved"))
 
 
+# tight_one's general-engine interval is widened by the batched path's best
+# answer where it is +∞ or wider than this fraction (the issue-35 width goal;
+# the batched path costs seconds of compilation in a fresh process).
+_CLI_WIDE = 0.01
+
+
 def tight_one(name, q, sigma, steps, value, *, rtol=1e-3):
   """The tight (PLD) answer to one question, with nothing to compile.
 
@@ -297,9 +303,11 @@ def tight_one(name, q, sigma, steps, value, *, rtol=1e-3):
   seconds compiling the batched kernel (:mod:`jaxdp.pld`) for one
   configuration. Both engines are certified; their intervals overlap (tested).
   Where the general engine cannot answer (a grid beyond its memory budget,
-  e.g. σ = 1e-4, or an upper ε of +∞) the answer is the batched kernel's,
-  exactly what :func:`epsilon` / :func:`delta` with ``accountant="pld"``
-  report (:func:`_kernel_one`), never an error about an internal grid.
+  e.g. σ = 1e-4) the answer is the batched path's, exactly what
+  :func:`epsilon` / :func:`delta` with ``accountant="pld"`` report
+  (:func:`_kernel_one`), never an error about an internal grid; where its
+  interval is +∞ or over 1% wide (:data:`_CLI_WIDE`; e.g. 8.6% at q = 1e-3,
+  σ = 1, T = 10⁵, δ = 1e-12) it is intersected with that answer's.
 
   Args:
     name: "epsilon" (``value`` is δ) or "delta" (``value`` is ε).
@@ -330,8 +338,14 @@ def tight_one(name, q, sigma, steps, value, *, rtol=1e-3):
     lo, up = fn(phases, value, rtol=rtol, return_bounds=True)
   except pld_general.GridTooLarge:
     return _kernel_one(name, q, sigma, steps, value)
-  if name == "epsilon" and not np.isfinite(up):
-    return _kernel_one(name, q, sigma, steps, value)
+  from jaxdp import _pld_fallback  # pylint: disable=g-import-not-at-top
+  wide, _ = _pld_fallback._wide(name, np.atleast_1d(lo), np.atleast_1d(up),  # pylint: disable=protected-access
+                                np.atleast_1d(value), threshold=_CLI_WIDE)
+  if wide[0]:   # +∞ or wide: the batched path's best answer, intersected with this one
+    k_lo, k_up, rdp_up = _kernel_one(name, q, sigma, steps, value)
+    b_lo, b_up = _pld_fallback.combine(k_lo, k_up, float(np.ravel(lo)[0]),
+                                       float(np.ravel(up)[0]))
+    return float(b_lo), float(b_up), rdp_up
   # One-step consistency was checked by pld_general's own guard (for ε as
   # δ_1(ε_upper) <= δ); the one-step δ raises the lower bound for δ.
   one = (pld_general.one_step_delta(phases, value) if name == "delta" else None)
@@ -343,12 +357,12 @@ def tight_one(name, q, sigma, steps, value, *, rtol=1e-3):
 
 def _kernel_one(name, q, sigma, steps, value):
   """:func:`tight_one` where the general engine cannot answer (its grid would
-  exceed the memory budget, e.g. σ = 1e-4, or its upper ε is +∞): the
-  batched kernel's guarded interval and RDP bound, the very numbers
-  :func:`epsilon` / :func:`delta` with ``accountant="pld"`` report (their
-  answer is ``min(upper, rdp_upper)`` too), at the price of compiling the
-  kernel (seconds, once per process)."""
+  exceed the memory budget, e.g. σ = 1e-4) or answers +∞ or wide: the best
+  certified interval of the batched path (``pld.guarded_bounds(best=True)``,
+  its upper end already capped by RDP) and the RDP bound, the very numbers
+  :func:`epsilon` / :func:`delta` with ``accountant="pld"`` report, at the
+  price of compiling the kernel (seconds, once per process)."""
   from jaxdp import pld  # pylint: disable=g-import-not-at-top
   with nx.x64():
-    lo, up, rdp_up = pld.guarded_bounds(name, q, sigma, steps, value)
+    lo, up, rdp_up = pld.guarded_bounds(name, q, sigma, steps, value, best=True)
   return float(lo), float(up), float(rdp_up)

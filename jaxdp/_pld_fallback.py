@@ -76,20 +76,23 @@ WIDE = 0.1
 _DELTA_FLOOR = 1e-300
 
 
-def _wide(name, lo, up, value=None):
+def _wide(name, lo, up, value=None, threshold=None):
   """Where ``[lo, up]`` is +∞ or wide (see :data:`WIDE`); and a priority
   (relative width, +∞ first) for the cap. For δ, ``value`` (the ε queried)
   must be finite: δ(+∞) is the mass at infinite loss, whose kernel bound
-  (the truncated tails, ~1e-17) is worth no general-engine run."""
+  (the truncated tails, ~1e-17) is worth no general-engine run.
+  ``threshold``: the relative width that counts as wide (default
+  :data:`WIDE`)."""
+  threshold = WIDE if threshold is None else threshold
   with np.errstate(invalid="ignore", divide="ignore"):
     if name == "epsilon":
       scale = np.maximum(up, 0.1)
       width = up - np.maximum(lo, 0.0)
-      need = np.isinf(up) | (np.isfinite(up) & (width > WIDE * scale))
+      need = np.isinf(up) | (np.isfinite(up) & (width > threshold * scale))
     else:
       scale = np.maximum(up, 1e-300)
       width = up - np.maximum(lo, 0.0)
-      need = (up > _DELTA_FLOOR) & (width > WIDE * scale)
+      need = (up > _DELTA_FLOOR) & (width > threshold * scale)
       if value is not None:
         need &= np.isfinite(value)
     rank = np.where(np.isinf(up), np.inf, np.nan_to_num(width / scale, nan=np.inf))

@@ -224,3 +224,17 @@ def test_row3_width_at_most_one_percent(case):
   q, s, t, d = case
   lo, up = pld.epsilon(q, s, t, d, return_bounds=True)
   assert np.isfinite(up) and up - lo <= 0.01 * up, (lo, up)
+
+
+@pytest.mark.slow
+def test_cli_one_question_no_worse_than_python():
+  """The CLI's one-question path (jaxdp._api.tight_one, general engine
+  first): where the general engine's interval is over 1% wide (8.6% at
+  q = 1e-3, σ = 1, T = 10⁵, δ = 1e-12, [2.7956, 3.0570]) it takes the
+  batched path's best answer too, so it reports what Python reports
+  (pre-change the CLI said 3.0570 and jaxdp.epsilon(..., "pld") 3.2007)."""
+  from jaxdp import _api
+  q, s, t, d = ROW3[2]
+  lo, up, rdp_up = _api.tight_one("epsilon", q, s, t, d)
+  assert min(up, rdp_up) == float(jaxdp.epsilon(q, s, t, d, accountant="pld"))
+  assert lo >= _one_step_epsilon(q, s, d)
