@@ -111,13 +111,13 @@ def test_kernel_infinite_general_engine_finite(monkeypatch):
     return np.full_like(up, np.inf), lo
 
   monkeypatch.setattr(pld, "_run_within_memory", kernel_with_infinite_upper)
-  q, s, t, d = 1.8e-3, 3.65, 10**5, 1e-12
+  q, s, t, d = 0.01, 1.0, 1000, 1e-8
   g_lo, g_up = pld_general.epsilon(poisson_phases(q, s, t), np.asarray([d]), return_bounds=True)
   g_lo, g_up = float(g_lo[0]), float(g_up[0])
   assert np.isfinite(g_up)
   lo, answer, rdp = _check_best("epsilon", q, s, t, d, [g_lo, _one_step_epsilon(q, s, d)])
   assert answer == min(g_up, rdp)
-  assert answer <= g_lo * (1 + 1e-3)    # the general engine is tight here (1.0467 vs RDP 1.0906)
+  assert answer <= g_lo * (1 + 1e-3)    # the general engine is tight here (RDP is ~10% above)
 
 
 @pytest.mark.slow
