@@ -66,6 +66,36 @@ def _power(z, n, bits):
   return acc
 
 
+def _modulus(z, u, up):
+  """|z| rounded up or down: sqrt(re² + im²) is within (1 + u)² of it
+  (IEEE products, sum and square root)."""
+  mag = jnp.sqrt(z.real * z.real + z.imag * z.imag)
+  return mag * (1.0 + 4.0 * u) if up else mag * (1.0 - 4.0 * u)
+
+
+def _radius_power(s_hat, p_hat, e1, t, rho, u):
+  """(R^T rounded up, R rounded down) for R = |ŝ| + E, without a second
+  exponentiation: R^T = |ŝ|^T (1 + E/|ŝ|)^T <= |P̂| / ((1 - γ_{T-1}(ρ))(1 - T E/|ŝ|))
+  where T E/|ŝ| < 1 ((1 + x)^T <= e^{Tx} <= 1/(1 - Tx); |ŝ|^T = |ŝ^T| and
+  the computed power P̂ is within γ_{T-1}(ρ) of ŝ^T); and R^T <= R^j for
+  any 1 <= j <= T where R <= 1 (j = the largest power of two <= min(T,
+  16)). The smaller bound is taken; T = 0 gives 1."""
+  r_lo = _modulus(s_hat, u, up=False) + e1
+  r_up = _modulus(s_hat, u, up=True) + e1
+  x = t * e1 / jnp.maximum(r_lo - e1, jnp.finfo(r_lo.dtype).tiny) * (1.0 + 4.0 * u)
+  g = _gamma(jnp.maximum(t - 1.0, 0.0), rho)
+  a = _modulus(p_hat, u, up=True) / ((1.0 - g) * (1.0 - x)) * (1.0 + 8.0 * u)
+  a = jnp.where((x < 1.0) & (g < 1.0), a, jnp.inf)
+  r2 = r_up * r_up
+  r4 = r2 * r2
+  r8 = r4 * r4
+  r16 = r8 * r8
+  b = jnp.where(t >= 16, r16, jnp.where(t >= 8, r8, jnp.where(t >= 4, r4, jnp.where(
+      t >= 2, r2, r_up)))) * (1.0 + _gamma(16.0, u))
+  b = jnp.where(r_up <= 1.0, b, jnp.inf)
+  return jnp.where(t > 0, jnp.minimum(a, b), 1.0), r_lo
+
+
 @functools.partial(jax.jit, static_argnames=("size", "bits"))
 def _compose_group(p, steps, input_rel=None, *, size, bits):
   """Composes a group of windows, each row on its own (cyclically), with a
@@ -124,21 +154,18 @@ def _compose_group(p, steps, input_rel=None, *, size, bits):
   e1 = (g_fft + g_fold) * mass + jnp.finfo(dtype).tiny                  # (m, phases)
   t = steps.astype(dtype)
   spec = None
-  rt = None       # Π_k R_k^{T_k}, rounded up
-  ratio = 0.0     # Σ_k T_k E_k / R_k
+  rt = None       # Π_k R_k^{T_k}, rounded up, R_k = |ŝ_k| + E_k
+  ratio = 0.0     # Σ_k T_k E_k / R_k, rounded up
+  rho = _PRODUCT_ULPS * eps
   for k in range(n_ph):   # phases (static count)
     sk = jnp.fft.rfft(folded[:, k], axis=-1)
-    # |z| <= sqrt(re² + im²)·(1 + u)² (IEEE products, sum and sqrt), so R >= |ŝ| + E.
-    r_k = jnp.sqrt(sk.real * sk.real + sk.imag * sk.imag) * (1.0 + 4.0 * u) + e1[:, k:k + 1]
-    # R^T by the same multiplications: at most T - 1 roundings, (1 + u)^{T-1}.
-    r_pow = _power(r_k, steps[:, k:k + 1], bits) * (1.0 + _gamma(t[:, k:k + 1], u))
-    ratio = ratio + t[:, k:k + 1] * e1[:, k:k + 1] / r_k * (1.0 + 2.0 * u)
-    rt = r_pow if rt is None else rt * r_pow * (1.0 + u)
     pk = _power(sk, steps[:, k:k + 1], bits)
     spec = pk if spec is None else spec * pk
+    rt_k, r_lo = _radius_power(sk, pk, e1[:, k:k + 1], t[:, k:k + 1], rho, u)
+    ratio = ratio + t[:, k:k + 1] * e1[:, k:k + 1] / r_lo * (1.0 + 2.0 * u)
+    rt = rt_k if rt is None else rt * rt_k * (1.0 + u)
   out = jnp.fft.irfft(spec, n=size, axis=-1)
   c = jnp.full((size // 2 + 1,), 2.0, dtype).at[0].set(1.0).at[-1].set(1.0)
-  rho = _PRODUCT_ULPS * eps
   t_all = jnp.sum(t, axis=-1, keepdims=True)
   d = rt * (ratio + _gamma(t_all - 1.0 + n_ph, rho)) + 4.0 * bits * jnp.finfo(dtype).tiny
   spec_l1 = jnp.sum(c * jnp.abs(spec), axis=-1) * (1.0 + 4.0 * u)

@@ -292,7 +292,8 @@ def answer(w, node_err, start, h, inf_mass, queries, wrap, shift, length, want_e
       composition (:func:`jaxdp._pld_run._tilt_row`): its nodes are
       untilted with the round-off bound folded in (:func:`_tilted_values`).
     want_raw: also return the upper read without the round-off bound (the
-      second pass's tilt centre and trigger).
+      second pass's tilt centre and trigger) where that bound may move the
+      answer (NaN elsewhere).
   Returns:
     (m, K) NumPy array (and the raw read, ``want_raw``).
 
@@ -335,7 +336,7 @@ def answer(w, node_err, start, h, inf_mass, queries, wrap, shift, length, want_e
   k0 = np.array([_read_range(start[r], h[r], length[r], least[r] - shift[r]) for r in range(m)],
                 np.int64)
   out = np.empty(queries.shape)
-  raw = np.empty(queries.shape)
+  raw = np.full(queries.shape, np.nan)   # the raw read, where computed
   if want_epsilon:
     # All windows of one coarse block length at once (padded with zeros).
     blocks = np.array([_read_block(x) for x in h])
@@ -352,14 +353,21 @@ def answer(w, node_err, start, h, inf_mass, queries, wrap, shift, length, want_e
               queries[sel] + ((wrap[sel] + extra_wrap[sel])[:, None] if lower else 0.0))
       out[sel] = epsilon_on_windows(*args, lower=lower, per_node=per_node[sel]) + shift[sel, None]
       if want_raw:
-        raw[sel] = epsilon_on_windows(*args, lower=lower, per_node=0.0) + shift[sel, None]
+        # Only where the bound may matter: the nodes above the answer carry
+        # more than 1e-4 of the target δ (or the answer is +inf).
+        node = np.floor((out[sel] - shift[sel, None]) / h[sel, None]) - (start[sel] + k0[sel])[:, None]
+        above = per_node[sel, None] * np.clip(n_read[:, None] - node, 0, n_read[:, None])
+        need = np.any((above > 1e-4 * queries[sel]) | ~np.isfinite(out[sel]), axis=1)
+        if np.any(need):
+          sub = (a[need] if np.ndim(a) else a for a in args)
+          raw[sel[need]] = epsilon_on_windows(*sub, lower=lower, per_node=0.0) + shift[sel[need], None]
     return (out, raw) if want_raw else out
   for r in range(m):
     w_r = values(r, _cyclic_slice(w[rows[r]], rot[r], k0[r], length[r]), start[r] + k0[r])
     if not lower:
       args = (np.maximum(w_r, 0.0), start[r] + k0[r], h[r], inf_mass[r], queries[r] - shift[r])
       out[r] = delta_on_window(*args, per_node=per_node[r])
-      if want_raw:
+      if want_raw and per_node[r] * (length[r] - k0[r]) > 1e-4 * np.min(out[r]):
         raw[r] = delta_on_window(*args, per_node=0.0)
     else:
       out[r] = delta_on_window(w_r, start[r] + k0[r], h[r], 0.0, queries[r] - shift[r],

@@ -400,7 +400,7 @@ def _read_out(pending, directions, h, queries, want_epsilon, tilt=None):
   """
   upper = np.full(queries.shape, -np.inf)
   lower = np.full(queries.shape, -np.inf)
-  raw = np.full(queries.shape, -np.inf)
+  raw = np.full(queries.shape, np.nan)
   for cells, composed, rot, tilted in pending:
     composed = [np.asarray(o) for o in composed]
     for c, out in ((0, upper), (1, lower)):
@@ -422,13 +422,13 @@ def _read_out(pending, directions, h, queries, want_epsilon, tilt=None):
           want_raw=c == 0 and tilt is None)
       if c == 0 and tilt is None:
         got, got_raw = got
-        np.maximum.at(raw, cfg, got_raw)
+        np.fmax.at(raw, cfg, got_raw)
       np.maximum.at(out, cfg, got)
   if tilt is not None:
     done = np.zeros(len(queries), bool)
     done[[u for (_, u, c) in tilt if c == 0]] = True
     upper[~done] = np.inf
-  with np.errstate(invalid="ignore"):
+  with np.errstate(invalid="ignore"):   # raw: NaN where not computed (not hard)
     if want_epsilon:
       hard = (upper > raw + 1e-4 * np.maximum(np.abs(raw), 1e-3)) & np.isfinite(raw)
       centre = np.max(np.where(np.isfinite(raw), raw, -np.inf), axis=1)
