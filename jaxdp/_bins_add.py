@@ -56,10 +56,13 @@ D_α(Q‖P) = log E[M^{-s}]/s. Every step is an inequality in the upward directi
     (≤ 6 roundings), (ii) the log of a sum of nonnegative terms or of a series
     (≤ 20 roundings; the series are positive or alternating with ratio ≤ ½ and
     are truncated below 1e-16 of their leading term), or (iii) a chain of ≤ 3
-    elementary calls. The cancellations that occur have condition number ≤ 10
-    (log1p(x) - x for x ∈ [-1, -½]; 1 - e^{-2x} for x ≥ ½; log h(e^w) near
-    w = 0) or sit in a part carrying a factor ≤ 1e-2 (the a² and a⁴ Gauss-cell
-    moments, a ≤ 0.1). log1p meets its wide interval only in log sinhc, log h
+    elementary calls. Where a helper cancels, its error is measured too (same
+    test file, ≤ 64·2u relative to max(1, |f|) for logs, to |f| otherwise):
+    log1p(x) - x for x ∈ [-1, -½] (atanh series for |x| < ½), log sinhc and
+    log expm1 near their branch points, log h(e^w) near w = 0, the Langevin
+    function coth x - 1/x (series below ½: condition ≤ 13); the a² and a⁴ Gauss-cell
+    moments cancel but carry a factor ≤ 3e-3 (a ≤ 13/256). Condition numbers
+    are ≤ 16 throughout. log1p meets its wide interval only in log sinhc, log h
     (w ≥ 0) and log expm1, where its output (|y| ≤ 0.54) is added to the rest
     of the term: ≤ 256·2u·0.54 ≈ 3.1e-14 absolute per call, ≤ 3 per term,
     ≤ 1e-13 in all, against the allowance's 1e-12. A positional error in an
@@ -67,9 +70,9 @@ D_α(Q‖P) = log E[M^{-s}]/s. Every step is an inequality in the upward directi
     a term by |slope| × that error, charged as |slope| × 1e-12 × (|position| +
     the magnitudes summed into it); gaps between rounded cells are covered by
     the ϕ-exponent m²/2 and the 1 in each cell's allowance. Hence a term's
-    round-off is at most (Σ n_j + 3·10·16)·2u·(1 + Σ|t_j|) + 1e-13
-    ≤ (160 + 480)·2.2e-16·(…) + 1e-13 ≤ 2.5e-13·(1 + Σ|t_j|): a safety factor
-    ≥ 4 below ``_MARGIN`` = 1e-12 (≈ 4500·2u). logsumexp over ≤ 4100 positive
+    round-off is at most (Σ n_j + 3·16·16)·2u·(1 + Σ|t_j|) + 1e-13
+    ≤ (160 + 768)·2.2e-16·(…) + 1e-13 ≤ 3.1e-13·(1 + Σ|t_j|): a safety factor
+    ≥ 3 below ``_MARGIN`` = 1e-12 (≈ 4500·2u). logsumexp over ≤ 4100 positive
     terms adds ≤ 4100u relative (4.6e-13), a factor ≥ 2 below the final
     1e-12·(1 + |T|). This count was done by reading the code path by path; it
     is not machine-checked, hence the end-to-end tests below. Widths are
@@ -116,7 +119,11 @@ _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _SINHC = [1.0 / math.factorial(2 * n + 1) for n in range(9)]
 _HS = [(-1.0) ** n / math.factorial(n + 2) for n in range(18)]          # h(y)/y²
 _MU = [[2.0 / (math.factorial(n) * (n + j + 1)) for n in range(0, 18, 2)] for j in (0, 2, 4)]
-_LGV = [1 / 3, -1 / 45, 2 / 945, -1 / 4725, 2 / 93555]                     # coth x - 1/x
+# coth x - 1/x = Σ_n 2^{2n} B_{2n} x^{2n-1}/(2n)! (radius π; 12 terms: < 3e-18 relative at |x| ≤ ½)
+_LGV = [0.3333333333333333, -0.022222222222222223, 0.0021164021164021165, -0.00021164021164021165,
+        2.1377799155576935e-05, -2.1644042808063972e-06, 2.1925947851873778e-07,
+        -2.2214608789979678e-08, 2.2507846516808994e-09, -2.2805151204592183e-10,
+        2.3106432599002624e-11, -2.3411706819824882e-12]
 
 
 def _poly(x, coeffs):
@@ -135,7 +142,8 @@ def _log_sinhc(x):
 
 
 def _langevin(x):
-  small = jnp.abs(x) < 0.1
+  """coth x - 1/x: the series below ½, where the difference would cancel (condition ≤ 13 above)."""
+  small = jnp.abs(x) < 0.5
   xs, xl = jnp.where(small, x, 0.0), jnp.where(small, 1.0, x)
   return jnp.where(small, xs * _poly(xs * xs, _LGV), 1.0 / jnp.tanh(xl) - 1.0 / xl)
 
