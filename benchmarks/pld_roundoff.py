@@ -3,7 +3,7 @@
 Runs ``jaxdp.pld.epsilon(..., return_bounds=True)`` on two batches and writes
 each configuration's interval and the batch's warm time:
 
-* ``bench``: the configurations of ``benchmarks/pld.py`` (δ = 1e-5);
+* ``bench``: the configurations of ``benchmarks/pld.py`` at δ = 1e-5 and 1e-12;
 * ``broad``: q 1e-4–0.3, σ 0.5–10, T 10–10⁶ (log-uniform, fixed seed), each at
   δ = 1e-5, 1e-8 and 1e-12.
 
@@ -27,7 +27,8 @@ import numpy as np
 
 def batches():
   qs = [256 / 60000, 0.001, 0.01, 0.02]
-  bench = [(q, s, t, 1e-5) for q, s, t in itertools.product(qs, [0.8, 1.0, 1.1, 1.5], [1000, 5000])]
+  bench = [(q, s, t, d) for q, s, t, d in
+           itertools.product(qs, [0.8, 1.0, 1.1, 1.5], [1000, 5000], [1e-5, 1e-12])]
   rng = np.random.default_rng(35)
   n = 16
   q = 10 ** rng.uniform(-4, np.log10(0.3), n)
@@ -57,11 +58,17 @@ def compare(a, b):
   ra, rb = (json.load(open(p)) for p in (a, b))
   for name in ra:
     la, ua, lb, ub = (np.array(r[name][k], float) for r in (ra, rb) for k in ("lo", "up"))
-    with np.errstate(invalid="ignore", divide="ignore"):
-      wa, wb = (ua - la) / ua, (ub - lb) / ub
+    np.seterr(invalid="ignore", divide="ignore")
+    wa, wb = (ua - la) / ua, (ub - lb) / ub
     print(f"{name}: warm {ra[name]['warm_s']:.2f} s -> {rb[name]['warm_s']:.2f} s; "
           f"upper moved up in {np.sum(ub > ua)} / {len(ua)}, +inf {np.sum(np.isinf(ua))} -> "
           f"{np.sum(np.isinf(ub))}")
+    # Both intervals are certified: they must overlap.
+    bad = ~((lb <= ua) & (la <= ub))
+    print(f"  intervals overlap in {len(ua) - np.sum(bad)} / {len(ua)}; "
+          f"width > 1%: {np.sum(wa > 0.01)} -> {np.sum(wb > 0.01)}; "
+          f"largest upper increase {np.nanmax(np.where(ua > 0, ub / ua - 1, np.nan)):.2e}, "
+          f"largest decrease {np.nanmax(np.where(ub > 0, 1 - ub / ua, np.nan)):.2e}")
     for c, x, y, u0, u1 in zip(ra[name]["configs"], wa, wb, ua, ub):
       if not np.isclose(u0, u1, rtol=1e-9, atol=0):
         print(f"  q={c[0]:.3g} s={c[1]:.3g} T={c[2]:.0f} d={c[3]:.0e}: width {x:.2e} -> {y:.2e}"

@@ -123,23 +123,28 @@ and finally shrink it so that -log(1-q) is a grid point; see
 :func:`grid_interval`.  With the default ``rtol = 1e-3`` the upper bound agrees
 with dp_accounting's PLD accountant to ~1e-4 relative.
 
-Round-off: bucket masses come from tail-aware Gaussian CDF differences (absolute
-error ~1e-16 of the tail, not of 1); the FFT adds absolute errors of the order
-of machine epsilon times the largest composed mass per grid point.  Both
-bounds carry an empirical allowance per node of the composed window w of N
-points, ``4 · max(-min(w), eps_machine · max(w))`` (not a proven bound) plus
-the T-th powers' amplification of the spectrum's round-off over N (a bound
-on every node's error by the triangle inequality on the inverse DFT); δ(ε)
-carries the allowance of the nodes above ε, the ones its sum reads
+Round-off: bucket masses come from tail-aware Gaussian CDF differences
+(absolute error ~1e-16 of the tail, not of 1). The composition returns, per
+window, a proven bound on every composed entry's round-off
+(:func:`jaxdp._pld_compose._compose_group`; the proof, under one stated and
+tested assumption on the FFT library's twiddle accuracy, is in
+docs/mathematics.md, "Round-off of the fast kernel"); δ(ε) carries the bound
+of the nodes above ε, the ones its sum reads
 (:func:`jaxdp._pld_readout.answer`): added to the pessimistic δ, subtracted
-from the optimistic one.  The optimistic slacks carry a 1e-6 relative margin
-against the round-off in the tangent gaps where the caps allow.
+from the optimistic one.  Where that bound moves an upper answer by more
+than 1e-4 relative (small δ after many steps), the configuration is
+composed again with its one-step PMFs exponentially tilted towards the
+query (:mod:`jaxdp._pld_tilt`), which makes the bound relative to the δ
+read instead of uniform; the answer is the intersection of both intervals.
+The optimistic slacks carry a 1e-6 relative margin against the round-off in
+the tangent gaps where the caps allow.
 
 Code layout: :mod:`jaxdp._pld_step` holds the one-step discretisation (loss
 geometry, packed block layout, pessimistic/optimistic buckets, Chernoff window
 edges), :mod:`jaxdp._pld_compose` the FFT composition (XLA),
 :mod:`jaxdp._pld_readout` the δ/ε queries on the composed windows (NumPy on
-the host: nothing to compile per window length), :mod:`jaxdp._pld_run` the
+the host: nothing to compile per window length), :mod:`jaxdp._pld_tilt` the
+tilted second pass, :mod:`jaxdp._pld_run` the
 host pipeline that runs them within the memory caps; this module chooses
 grids, validates inputs, guards the answers and holds the public entry
 points.
