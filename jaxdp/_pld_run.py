@@ -115,14 +115,17 @@ def _run(q, sigma, steps, h, queries, *, want_epsilon, extra=None, want_lower=Tr
   rows.fetch()
   directions, grow = _windows(rows, on2, extra, steps, tail, n_ex, grow)
   pending = _compose_windows(directions, steps, n_ex, grow, want_lower)
-  upper, lower, centre, scale, hard = _read_out(pending, directions, h, queries, want_epsilon)
+  upper_d, lower, centre, scale, hard = _read_out(pending, directions, h, queries, want_epsilon)
   tilt = _tilts(directions, steps, h, queries, want_epsilon, lower, centre, scale,
                 hard & (grow <= 1.0), want_lower)
   if tilt:
     pending = _compose_windows(directions, steps, n_ex, grow, want_lower, tilt=tilt)
-    up2, lo2, _, _, _ = _read_out(pending, directions, h, queries, want_epsilon, tilt=tilt)
-    upper = np.minimum(upper, up2)
+    up2_d, lo2, _, _, _ = _read_out(pending, directions, h, queries, want_epsilon, tilt=tilt)
+    # Each direction's two upper bounds are certified: the smaller one
+    # holds; the configuration's is the worse direction's.
+    upper_d = np.minimum(upper_d, up2_d)
     lower = np.maximum(lower, lo2)
+  upper = np.max(upper_d, axis=0)
   over = grow > 1.0
   upper[over] = np.nan
   lower[over] = np.nan
@@ -392,18 +395,22 @@ def _read_out(pending, directions, h, queries, want_epsilon, tilt=None):
   composed in this pass stay -inf, +inf for the upper bound of a tilted
   pass: ``tilt`` given).
 
-  Returns (upper, lower, centre, scale, hard): centre (U,) the tilt centre
+  Returns (upper_d, lower, centre, scale, hard): upper_d (directions, U,
+  K) the upper bound of each direction (+inf for a direction a tilted pass
+  did not recompose), lower (U, K); centre (U,) the tilt centre
   for a second pass (the largest upper read without round-off bound, ε
   queries; the largest queried ε otherwise), scale (U,) the smallest δ in
   question (target, or read) and hard (U,) whether the round-off bound
   moved an upper answer (by more than 1e-4 relative, or to +inf).
   """
-  upper = np.full(queries.shape, -np.inf)
+  # Upper bounds per direction: a second pass may recompose some directions
+  # only, and a configuration's bound is the worse of its directions.
+  upper_d = np.full((len(directions),) + queries.shape, -np.inf)
   lower = np.full(queries.shape, -np.inf)
   raw = np.full(queries.shape, np.nan)
   for cells, composed, rot, tilted in pending:
     composed = [np.asarray(o) for o in composed]
-    for c, out in ((0, upper), (1, lower)):
+    for c in (0, 1):
       rows = [r for r, cell in enumerate(cells) if cell[2] == c]
       if not rows:
         continue
@@ -423,11 +430,17 @@ def _read_out(pending, directions, h, queries, want_epsilon, tilt=None):
       if c == 0 and tilt is None:
         got, got_raw = got
         np.fmax.at(raw, cfg, got_raw)
-      np.maximum.at(out, cfg, got)
-  if tilt is not None:
-    done = np.zeros(len(queries), bool)
-    done[[u for (_, u, c) in tilt if c == 0]] = True
-    upper[~done] = np.inf
+      if c == 1:
+        np.maximum.at(lower, cfg, got)
+      else:
+        for i, (d, k) in enumerate(ds):
+          upper_d[d, k] = np.maximum(upper_d[d, k], got[i])
+  if tilt is not None:   # directions not recomposed: no bound from this pass
+    for d in range(len(directions)):
+      done = np.zeros(len(queries), bool)
+      done[[u for (dd, u, c) in tilt if c == 0 and dd == d]] = True
+      upper_d[d, ~done] = np.inf
+  upper = np.max(upper_d, axis=0)
   with np.errstate(invalid="ignore"):   # raw: NaN where not computed (not hard)
     if want_epsilon:
       hard = (upper > raw + 1e-4 * np.maximum(np.abs(raw), 1e-3)) & np.isfinite(raw)
@@ -437,7 +450,7 @@ def _read_out(pending, directions, h, queries, want_epsilon, tilt=None):
       hard = (upper > raw * (1.0 + 1e-3)) & (raw > 0)
       centre = np.max(queries, axis=1)
       scale = np.min(np.where(raw > 0, raw, np.inf), axis=1)
-  return upper, lower, centre, scale, np.any(hard, axis=1)
+  return upper_d, lower, centre, scale, np.any(hard, axis=1)
 
 
 def _run_within_memory(q, sigma, steps, h, queries, *, want_epsilon, automatic, extra=None,

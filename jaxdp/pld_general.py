@@ -467,9 +467,14 @@ def _suffix(comp, h, pess):
 
 
 def _allowance(comp, eps):
-  """Round-off allowance of δ at ε: Σ_{ℓ>ε} e^{logc - λℓ}|err_ℓ| <= err·e^{logc - λε} (λ >= 0)."""
-  with np.errstate(over="ignore"):
-    return comp.dist.err * np.exp(comp.dist.logc - comp.lam * np.asarray(eps, np.float64))
+  """Round-off allowance of δ at ε: Σ_{ℓ>ε} e^{logc - λℓ}|err_ℓ| <= err·e^{logc - λε} (λ >= 0).
+
+  An error bound that overflowed (err = +inf, e.g. renormalising by a
+  subnormal maximum) stays +inf where the exponential underflows (inf·0
+  was NaN: the guards then rejected the answer)."""
+  with np.errstate(over="ignore", invalid="ignore"):
+    out = comp.dist.err * np.exp(comp.dist.logc - comp.lam * np.asarray(eps, np.float64))
+  return np.where(np.isnan(out), np.inf, out)
 
 
 def _finite_delta(comp, h, eps, pess, suffix=None):

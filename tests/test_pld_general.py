@@ -491,3 +491,17 @@ def test_fast_fft_lengths_are_the_smallest_5_smooth():
     got = G._next_fast_len(n)
     assert got >= n and smooth(got)
     assert not any(smooth(m) for m in range(n, got))
+
+
+def test_overflowed_error_bound_is_infinite_not_nan():
+  """A harness draw (q = 1e-3, σ = 0.06, T = 25, ε = 147.24, in a batch of δ
+  queries) renormalised a composition by a subnormal maximum: the general
+  engine's L1 error bound overflowed to +inf and inf·0 in the allowance made
+  its upper δ NaN (the guards then rejected pld.delta's answer). The
+  allowance of an overflowed bound is +inf, never NaN."""
+  import types
+  comp = types.SimpleNamespace(dist=types.SimpleNamespace(err=np.inf, logc=0.0), lam=10.0)
+  got = G._allowance(comp, np.array([1e3, 0.0]))
+  assert np.all(np.isinf(got)) and not np.any(np.isnan(got))
+  comp.dist.err = 1e-20
+  np.testing.assert_allclose(G._allowance(comp, np.array([0.0])), [1e-20])
