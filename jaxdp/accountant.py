@@ -208,7 +208,7 @@ def event_pure_epsilon(event, dtype=None):
   * ``Laplace(b)``: 1/b; ``SampledLaplace(q, b)``: 1/b (each density ratio of
     the mixture lies in [e^{-1/b}, e^{1/b}]; not amplified), 0 if q = 0;
   * ``RandomizedResponse(p, k)``: ln(1 + k(1 − p)/p) (+inf at p = 0);
-    ``DiscreteLaplace(a, Δ)``: aΔ; ``PMFPair``: max |ln(p_i/q_i)|;
+    ``DiscreteLaplace(a, Δ)``: aΔ; ``PMFPair``: ``max |ln(p_i/q_i)|``;
   * ``SampledGaussian``/``TruncatedPoissonGaussian``: 0 if q = 0 (nothing is
     released about anyone), else +inf;
   * every other event (Gaussian, discrete Gaussian, mixtures of Gaussians,

@@ -188,11 +188,14 @@ def test_delta_1e_300():
 
 
 def test_pld_delta_1e_300_finite():
-  # jaxdp.pld alone cannot certify δ = 1e-300 (tails cut at 1e-17) and says
-  # so with inf; the top-level entry point falls back to the RDP bound.
-  assert np.isinf(pld.epsilon(0.01, 1.0, 1, 1e-300))
+  # The PLD kernel alone cannot certify δ = 1e-300 (tails cut at 1e-17): its
+  # upper end is inf; every public path answers the better certified bound
+  # (issue 35), here RDP's, the same number on both surfaces.
+  lo, up = pld.epsilon(0.01, 1.0, 1, 1e-300, return_bounds=True)
   eps = jaxdp.epsilon(0.01, 1.0, 1, 1e-300, accountant="pld")
-  assert np.isfinite(eps) and eps >= 32.0   # true ε ≈ 32.4
+  assert np.isfinite(eps) and eps >= 32.0   # true ε = 32.7190111855 (mpmath, one step)
+  assert float(up) == float(eps) and float(lo) <= 32.7190111855
+  assert float(eps) <= float(jaxdp.epsilon(0.01, 1.0, 1, 1e-300))
 
 
 def test_epsilon_zero():
