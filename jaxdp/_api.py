@@ -251,7 +251,8 @@ def epsilon(q, sigma, steps, delta, *, accountant: str = "rdp", orders=None,
     # where the kernel's interval is +∞ or wide, and never above the RDP
     # bound; the very number jaxdp.pld.epsilon and accountant.pld() return.
     with nx.x64():
-      _, eps, _ = pld.guarded_bounds("epsilon", q, sigma, steps, delta, best=True)
+      _, eps, _ = pld.guarded_bounds("epsilon", q, sigma, steps, delta, best=True,
+                                     rdp_value=False)
     return nx.to_host(eps)
   if accountant != "rdp":
     raise ValueError(f"accountant must be 'rdp' or 'pld'; found {accountant!r}.")

@@ -24,6 +24,8 @@ one to rounding (both are rounded up by at least 256 ulps; tested).
 # pylint: disable=protected-access  (the kernels' xp-generic internals)
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from jaxdp import _continuous_order
@@ -151,3 +153,72 @@ def small_order_ceiling(kind, q, sigma, steps, x):
     if kind == "epsilon":
       return rdp._to_epsilon(total, _SMALL_ORDERS, x, "improved", np)[0]
     return rdp._to_delta(total, _SMALL_ORDERS, x, np)
+
+
+def epsilon_floor(q, sigma, steps, delta):
+  """A lower bound on the default-path RDP ε (improved conversion, every real
+  order α > 1), from the exact integer-order sums of :func:`small_order_ceiling`.
+
+  ε(α) = (T·g(α) - log δ)/(α - 1) + c(α) with g(α) = (α - 1)·rdp(α), convex
+  in α with g(1) = 0 (a cumulant generating function), and c(α) = log(1 -
+  1/α) - log(α)/(α - 1), non-decreasing (its derivative is 1/(α(α-1)) +
+  (log α - 1 + 1/α)/(α-1)² >= 0). A convex g lies above every secant line
+  extended beyond its chord, so on a piece [a, b] between the integer orders
+  2..64 (four pieces per unit) g >= each neighbouring secant ℓ, and (T·ℓ(α)
+  - log δ)/(α - 1) is monotone in α (a ratio of linear functions), so ε >=
+  min(value at a, value at b) + c(a) for each line, the larger taken. On (1,
+  2] the line through g(1) = 0 and g(2) bounds g from below for α >= 2 only,
+  so there the secant through orders 2 and 3 extended left is used, with rdp
+  >= 0 as well; near 1 (α - 1 <= 1/64), c(α) >= log(α - 1) - log 2 - 1 and
+  the |log δ|/(α - 1) term dominates. Beyond 64: T·rdp(64) + c(64) (rdp is
+  non-decreasing). The default path's per-order rounding terms are >= 0.
+  Valid where the KL clause does not set ε = 0 at some order: the caller uses
+  it only where a certified lower ε > 0 exists. The binomial sums carry an
+  upward rounding allowance (~1e-12 relative): scaled by 1 - 1e-9.
+
+  Args:
+    q, sigma, steps, delta: flat float64 arrays of one shape.
+  Returns:
+    float64 NumPy array (-inf where no bound is available, δ >= 0.9).
+  """
+  k = _SMALL_ORDERS                                                   # 2, 3, ..., 64
+  with np.errstate(all="ignore"):
+    rdp_k = steps[:, None] * _rdp_at(q, sigma, k, rdp._NODES_PER_WINDOW, False)
+    rdp_k = np.where(np.isnan(rdp_k), 0.0, rdp_k) * (1.0 - 1e-9)
+    g = (k - 1.0) * rdp_k                                             # T·g at the orders
+    nld = -np.log(delta)[:, None]
+    slope = np.diff(g, axis=1)                                         # (n, 62)
+
+    def c(a):
+      return np.log1p(-1.0 / a) - np.log(a) / (a - 1.0)
+
+    def piece_bound(a, b, g0, s0, x0):
+      """min over [a, b] of (g0 + s0·(α - x0) + |log δ|)/(α - 1), + c(a)."""
+      va = (g0 + s0 * (a - x0) + nld) / (a - 1.0)
+      vb = (g0 + s0 * (b - x0) + nld) / (b - 1.0)
+      return np.minimum(va, vb) + c(a)
+
+    best = np.full(q.shape, np.inf)
+    frac = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
+    for i in range(len(k) - 1):      # [k_i, k_i+1], lines through (i-1, i) and (i+1, i+2)
+      for j in range(4):
+        a, b = k[i] + frac[j], k[i] + frac[j + 1]
+        lines = []
+        if i >= 1:
+          lines.append(piece_bound(a, b, g[:, i:i + 1], slope[:, i - 1:i], k[i]))
+        if i + 2 < len(k):
+          lines.append(piece_bound(a, b, g[:, i + 1:i + 2], slope[:, i + 1:i + 2], k[i + 1]))
+        # rdp(α) >= rdp(k_i) for α >= k_i (monotone): g >= (α - 1)·rdp(k_i)
+        lines.append(rdp_k[:, i:i + 1] + nld / (b - 1.0) + c(a))
+        best = np.minimum(best, np.max(np.concatenate(lines, axis=1), axis=1))
+    best = np.minimum(best, rdp_k[:, -1] + c(k[-1]))                  # beyond 64
+    # (1, 2]: secant through orders 2, 3 extended left, and rdp >= 0.
+    pts = 1.0 + 2.0 ** -np.arange(6.0, -1.0, -1.0)                    # 1 + 1/64 ... 2
+    for a, b in zip(pts[:-1], pts[1:]):
+      sec = piece_bound(a, b, g[:, :1], slope[:, :1], 2.0)[:, 0]
+      zero = (nld[:, 0] / (b - 1.0)) + c(a)
+      best = np.minimum(best, np.maximum(sec, zero))
+    x0 = pts[0] - 1.0
+    best = np.minimum(best, math.log(x0) - math.log(2.0) - 1.0 + nld[:, 0] / x0)
+    best = best - 1e-9 * np.abs(best) - 1e-12
+  return np.where((delta < 0.9) & ~np.isnan(best), best, -np.inf)

@@ -360,13 +360,13 @@ def epsilon(q, sigma, steps, delta, *, value_discretization_interval=None, rtol=
     return _sampler_api.pld_entry("epsilon", q, sigma, steps, delta,
                                   value_discretization_interval, rtol, return_bounds)
   lo, up, _ = guarded_bounds("epsilon", q, sigma, steps, delta,
-                             value_discretization_interval, rtol, best=True)
+                             value_discretization_interval, rtol, best=True, rdp_value=False)
   return (lo, up) if return_bounds else up
 
 
 def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=None,
                    rtol=1e-3, finite_fallback=False, full_rdp=True, want_lower=True,
-                   best=False):
+                   best=False, rdp_value=True):
   """The guarded PLD interval of :func:`epsilon` (name "epsilon", value = δ)
   or :func:`delta` (name "delta", value = ε), and the RDP upper bound the
   guards compared it with (host level: call under float64).
@@ -392,6 +392,13 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
   or wide, for ε and δ alike, the RDP bound is the full default-orders
   value, and ``upper`` is already min(PLD upper, RDP upper)
   (:mod:`jaxdp._pld_fallback`).
+
+  Without ``rdp_value`` (callers that read the interval alone) the full RDP
+  ε is computed only where it may be below the PLD upper end: where a cheap
+  lower bound on it (:func:`jaxdp._host_rdp.epsilon_floor`) is at least the
+  upper end and the certified lower end is positive, min(upper, RDP) is the
+  upper end whatever the full value, and ``rdp_upper`` there is the cheap
+  ceiling (an RDP upper bound, not the default-path value). ε only.
 
   Returns:
     ``(lower, upper, rdp_upper)`` NumPy arrays of the broadcast shape.
@@ -428,7 +435,8 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
     from jaxdp import _api  # pylint: disable=g-import-not-at-top
     up = _api.delta_floor(up, q, steps, value)
   lo, up, rdp_up = _guard(name, clip(lo).reshape(shape), up, q, sigma, steps, value, shape,
-                          full_rdp, one=one_step[0] if one_step else None)
+                          full_rdp, one=one_step[0] if one_step else None,
+                          skip_full=full_rdp and not rdp_value and name == "epsilon")
   if best:   # never above the RDP answer (both are certified upper bounds)
     lo, up = _pld_fallback.combine(lo, up, None, rdp_up)
   return lo, up, rdp_up
@@ -443,10 +451,13 @@ def _one_step_values(name, q, sigma, value, shape):
   return _guards.one_step_delta(q, sigma, value)
 
 
-def _guard(name, lo, up, q, sigma, steps, value, shape, full_rdp=True, one=None):
+def _guard(name, lo, up, q, sigma, steps, value, shape, full_rdp=True, one=None,
+           skip_full=False):
   """Runtime soundness guards (:mod:`jaxdp._guards`) on a tight answer;
   returns ``(lower, upper, rdp_upper)``.  ``one``: the one-step values of
-  :func:`_one_step_values` if already computed."""
+  :func:`_one_step_values` if already computed; ``skip_full``: the full RDP
+  value only where it may be below ``up`` (:func:`guarded_bounds`,
+  ``rdp_value=False``)."""
   if one is None:
     one = _one_step_values(name, q, sigma, value, shape)
   q, sigma, steps, value = (np.broadcast_to(np.asarray(a, np.float64), shape)
@@ -454,7 +465,9 @@ def _guard(name, lo, up, q, sigma, steps, value, shape, full_rdp=True, one=None)
   composed = (np.round(steps) >= 1) & (q > 0)
   flat = [a.reshape(-1) for a in (q, sigma, steps, value)]
   with num.x64():
-    if full_rdp:
+    if full_rdp and skip_full:
+      rdp_up, full = _rdp_unless_below_floor(flat, lo.reshape(-1), up.reshape(-1))
+    elif full_rdp:
       rdp_up, full = _full_rdp(name, flat), np.ones(lo.size, bool)
     else:
       rdp_up, full = _rdp_ceiling(name, flat, lo.reshape(-1), up.reshape(-1))
@@ -468,6 +481,22 @@ def _guard(name, lo, up, q, sigma, steps, value, shape, full_rdp=True, one=None)
 
     lo, up = _guards.check(name, lo, up, one, composed, safe, certified_upper=rdp_up)
   return lo, up, rdp_up
+
+
+def _rdp_unless_below_floor(flat, lo, up):
+  """(RDP ε, where it is the full value): the full default-path value where
+  it may lie below ``up``; elsewhere (a certified lower end > 0 and
+  ``up`` <= a lower bound on the full value) the cheap ceiling, which then
+  changes neither min(up, RDP) nor the guard lower <= RDP."""
+  from jaxdp import _host_rdp  # pylint: disable=g-import-not-at-top
+  floor = _host_rdp.epsilon_floor(*flat)
+  values = _host_rdp.small_order_ceiling("epsilon", *flat)
+  # (the ceiling is never below the full value; where it is below up, the
+  # full value is needed whatever the floor says)
+  need = ~((lo > 0) & (up <= floor) & (values >= up))
+  if np.any(need):
+    values[need] = _full_rdp("epsilon", [a[need] for a in flat])
+  return values, need
 
 
 def _full_rdp(name, flat):

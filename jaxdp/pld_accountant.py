@@ -169,7 +169,8 @@ def _best_single(phases, values, want_epsilon, vdi, rtol):
   params = np.array([_fast_params(ev) + (float(c),) for ev, c in phases], np.float64)
   q, sigma, steps = (np.broadcast_to(params[:, k:k + 1], values.shape) for k in range(3))
   name = "epsilon" if want_epsilon else "delta"
-  lo, up, _ = _pld.guarded_bounds(name, q, sigma, steps, values, vdi, rtol, best=True)
+  lo, up, _ = _pld.guarded_bounds(name, q, sigma, steps, values, vdi, rtol, best=True,
+                                  rdp_value=False)
   return lo, up
 
 
