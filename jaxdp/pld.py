@@ -371,12 +371,9 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
   or :func:`delta` (name "delta", value = ε), and the RDP upper bound the
   guards compared it with (host level: call under float64).
 
-  With ``finite_fallback`` (what :func:`epsilon` reports on its own), an
-  interval that is +∞ or wide is intersected with the general engine's
-  (:mod:`jaxdp._pld_fallback`); ``jaxdp.epsilon`` skips it (seconds per
-  configuration) and reports the minimum with the RDP bound.  With
-  ``full_rdp=False`` (:func:`epsilon` and :func:`delta`, which report the PLD
-  interval alone, and the PLD calibration rounds) the RDP bound is the cheap
+  With ``finite_fallback``, an interval that is +∞ or wide is intersected
+  with the general engine's (:mod:`jaxdp._pld_fallback`).  With
+  ``full_rdp=False`` (the PLD calibration rounds) the RDP bound is the cheap
   one of :func:`_rdp_ceiling` wherever that suffices.
 
   Without ``want_lower`` (the PLD calibration's rounds, which read the upper
