@@ -313,13 +313,11 @@ def answer(w, node_err, start, h, inf_mass, queries, wrap, shift, length, want_e
   ε +∞ at δ <= ~1e-10 after ~10⁵ steps.)
   """
   m = len(start)
-  per_node = np.array(np.broadcast_to(np.asarray(node_err, np.float64), (m,)))
+  node_b = np.broadcast_to(np.asarray(node_err, np.float64), (m,))
   tilt = [None] * m if tilt is None else list(tilt)
+  # Tilted rows fold the bound into their untilted node values.
+  per_node = np.where([t is not None for t in tilt], 0.0, node_b)
   extra_wrap = np.zeros(m)
-  node_b = per_node.copy()
-  for r in range(m):
-    if tilt[r] is not None:
-      per_node[r] = 0.0   # folded into the untilted node values
   wrap = np.asarray(wrap, np.float64)
 
   def values(r, w_r, first_node):

@@ -263,12 +263,13 @@ def _windows(rows, on2, extra, steps, tail, n_ex, grow):
 def _tilts(directions, steps, h, queries, want_epsilon, lower, centre, scale, hard, want_lower):
   """The second pass's tilts (:mod:`jaxdp._pld_tilt`): for each configuration
   whose first-pass upper bound is dominated by the round-off bound
-  (``hard``), {(direction, configuration, kind): (g, first)} with g the tilt
+  (``hard``), {(direction, configuration, kind): (g, first, size)} with g the tilt
   centring its composition at ``centre`` (the first pass's upper read
   without the round-off bound, or the largest queried ε) and, for the
   optimistic windows, ``first``: the loss index below which the lower read
   drops its nodes (at or below the first pass's certified lower ε, or the
-  smallest queried ε; dropping mass keeps a lower bound)."""
+  smallest queried ε; dropping mass keeps a lower bound), and ``size`` the
+  cycle length of the tilted composition."""
   out = {}
   n_ph = steps.shape[1]
   for u in np.flatnonzero(hard):
@@ -276,8 +277,8 @@ def _tilts(directions, steps, h, queries, want_epsilon, lower, centre, scale, ha
       continue
     floor = (np.min(queries[u]) if not want_epsilon else
              np.min(np.where(np.isfinite(lower[u]), lower[u], np.inf)))
+    rows = [u * n_ph + ph for ph in range(n_ph)]
     for d, dr in enumerate(directions):
-      rows = [u * n_ph + ph for ph in range(n_ph)]
       for c in ((0, 1) if want_lower else (0,)):
         phases = _pld_tilt.Phases([dr["pmfs"][c][r] for r in rows], dr["lo_cfg"][u], steps[u])
         g = _pld_tilt.saddle(phases, centre[u] / h[u])
@@ -313,9 +314,9 @@ def _compose_windows(directions, steps, n_ex, grow, want_lower, tilt=None):
   configuration's two windows side by side, left more padded rows: 83 row
   slots for the 64 windows of benchmarks/pld.py's batch.)
 
-  With ``tilt`` ({(direction, configuration, kind): (g, first)}, from
-  :func:`_tilts`), only those windows are composed, each with its phases
-  tilted by g (:mod:`jaxdp._pld_tilt`).
+  With ``tilt`` ({(direction, configuration, kind): (g, first, size)},
+  from :func:`_tilts`), only those windows are composed, each on a cycle of
+  that size with its phases tilted by g (:mod:`jaxdp._pld_tilt`).
 
   Returns [(cells, composed, rot, tilted)]: the (direction, configuration,
   kind) of each real row, the call's outputs (XLA arrays, still computing),
@@ -391,9 +392,8 @@ def _read_out(pending, directions, h, queries, want_epsilon, tilt=None):
   """Stage 4: the (U, K) upper and lower bounds from the composed windows,
   read on the host (:func:`jaxdp._pld_readout.answer`) in dispatch order:
   while one group's windows are read out, XLA composes the later groups.
-  Each bound is the worse of the two directions (configurations not
-  composed in this pass stay -inf, +inf for the upper bound of a tilted
-  pass: ``tilt`` given).
+  Each bound is the worse of the two directions; with ``tilt`` (a second
+  pass) a direction it did not recompose has upper bound +inf.
 
   Returns (upper_d, lower, centre, scale, hard): upper_d (directions, U,
   K) the upper bound of each direction (+inf for a direction a tilted pass

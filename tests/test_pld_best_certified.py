@@ -45,24 +45,14 @@ def _surfaces(name, q, sigma, steps, value):
   ev = events.SampledGaussian(q, sigma)
   acc = accountant.pld()
   state = acc.compose(acc.init(), ev, int(steps))
-  if name == "epsilon":
-    lo, up = pld.epsilon(q, sigma, steps, value, return_bounds=True)
-    ups = dict(
-        pld=float(pld.epsilon(q, sigma, steps, value)),
-        pld_bounds=float(up),
-        api=float(jaxdp.epsilon(q, sigma, steps, value, accountant="pld")),
-        acc=float(acc.epsilon(state, value)),
-        acc_bounds=float(acc.epsilon(state, value, return_bounds=True)[1]),
-        batch=float(pld_accountant.epsilon_batch([[(ev, int(steps))]], value)[0]))
-  else:
-    lo, up = pld.delta(q, sigma, steps, value, return_bounds=True)
-    ups = dict(
-        pld=float(pld.delta(q, sigma, steps, value)),
-        pld_bounds=float(up),
-        api=float(jaxdp.delta(q, sigma, steps, value, accountant="pld")),
-        acc=float(acc.delta(state, value)),
-        acc_bounds=float(acc.delta(state, value, return_bounds=True)[1]),
-        batch=float(pld_accountant.delta_batch([[(ev, int(steps))]], value)[0]))
+  lo, up = getattr(pld, name)(q, sigma, steps, value, return_bounds=True)
+  ups = dict(
+      pld=float(getattr(pld, name)(q, sigma, steps, value)),
+      pld_bounds=float(up),
+      api=float(getattr(jaxdp, name)(q, sigma, steps, value, accountant="pld")),
+      acc=float(getattr(acc, name)(state, value)),
+      acc_bounds=float(getattr(acc, name)(state, value, return_bounds=True)[1]),
+      batch=float(getattr(pld_accountant, f"{name}_batch")([[(ev, int(steps))]], value)[0]))
   return float(lo), ups
 
 
