@@ -67,8 +67,11 @@ class Phases:
     for x, l, t in zip(pmfs, lo, steps):
       nz = np.flatnonzero(np.asarray(x) > 0)
       if t > 0 and nz.size:
-        self.parts.append((np.log(np.asarray(x)[nz]), (int(l) + nz).astype(np.float64),
-                           float(t), nz.size))
+        logx = np.log(np.asarray(x)[nz])
+        idx = (int(l) + nz).astype(np.float64)
+        # magnitudes entering the exponents log x_i + t·i (their rounding)
+        self.parts.append((logx, idx, float(t), nz.size,
+                           float(np.max(np.abs(logx))), float(np.max(np.abs(idx)))))
     self._cache = {}
 
   def __bool__(self):
@@ -77,7 +80,7 @@ class Phases:
   def _lse(self, t, want_var=False):
     """Per phase: (log Σ_i x_i e^{t i}, tilted mean index[, variance])."""
     out = []
-    for logx, idx, _, _ in self.parts:
+    for logx, idx, *_ in self.parts:
       z = logx + t * idx
       top = float(np.max(z))
       wts = np.exp(z - top)
@@ -102,17 +105,20 @@ class Phases:
     """log M(t) = Σ_k T_k log Σ_i x_{k,i} e^{t i}, rounded up (cached)."""
     if t not in self._cache:
       log_m, err = 0.0, 0.0
-      for (_, _, t_k, n), (lm, _) in zip(self.parts, self._lse(t)):
+      for (_, _, t_k, n, mag_log, mag_idx), (lm, _) in zip(self.parts, self._lse(t)):
         log_m += t_k * lm
-        # log-sum-exp of n terms (arguments t·i within u·|t i| <= u·|lm|+...):
-        # within (n + 4)·2u + 4u·|value| (exp, log: 1 ulp).
-        err += t_k * ((n + 4) * 2.0 * _U + 4.0 * _U * abs(lm))
+        # log-sum-exp of n terms: the exponents log x_i + t·i within
+        # 4u·(|log x_i| + |t·i|) (log: 1 ulp, product, sum), the subtraction
+        # of the maximum, exp and the n-term sum within (n + 4)·2u, the final
+        # log and addition within 4u·|value|.
+        err += t_k * (4.0 * _U * (mag_log + abs(t) * mag_idx) + (n + 4) * 2.0 * _U
+                      + 4.0 * _U * abs(lm))
       self._cache[t] = log_m + err + 8.0 * _U * abs(log_m)
     return self._cache[t]
 
   def top(self):
     """The composition's largest index."""
-    return sum(t * idx[-1] for _, idx, t, _ in self.parts)
+    return sum(t * idx[-1] for _, idx, t, *_ in self.parts)
 
 
 def saddle(phases, target):
