@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxdp
-from jaxdp import _numerics
+from jaxdp._src.core import numerics as _numerics
 from jaxdp import rdp
 from _common import median_time, write_result  # noqa: E402  (benchmarks/ is on sys.path)
 

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxdp
-from jaxdp import _numerics, accountant, events, sampling
+from jaxdp import accountant, events, sampling
+from jaxdp._src.core import numerics as _numerics
 
 
 def _acc_eps(dtype, dev):

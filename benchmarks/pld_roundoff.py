@@ -10,7 +10,7 @@ each configuration's interval and the batch's warm time:
 Run it on two commits (``--out`` to different files) and compare with
 ``--compare A.json B.json``: the change in relative width
 ``(up - lo) / up`` per configuration and the ratio of warm times.  The
-general-engine fallback of :mod:`jaxdp._pld_fallback` is switched off here,
+general-engine fallback of :mod:`jaxdp._src.pld.fallback` is switched off here,
 so the figures are the fast kernel's own.
 
   python benchmarks/pld_roundoff.py --out before.json
@@ -39,7 +39,8 @@ def batches():
 
 
 def run(out):
-  from jaxdp import _pld_fallback, pld
+  from jaxdp import pld
+  from jaxdp._src.pld import fallback as _pld_fallback
   _pld_fallback.MAX_CONFIGURATIONS = 0
   res = {}
   for name, cfg in batches().items():

@@ -11,11 +11,15 @@ persistent compilation cache (the ``jaxdp`` command does it by default).
 
 import importlib as _importlib
 
-from jaxdp._api import delta, epsilon
-from jaxdp._cache import enable_compilation_cache
-from jaxdp._guards import GuardViolation, GuardWarning
+from jaxdp._src.interfaces.api import delta, epsilon
+from jaxdp._src.core.cache import enable_compilation_cache
+from jaxdp._src.kernels.guards import GuardViolation, GuardWarning
 
 __version__ = "0.1.0"
+
+for _obj in (epsilon, delta, enable_compilation_cache, GuardViolation, GuardWarning):
+  _obj.__module__ = __name__
+del _obj
 
 _SUBMODULES = (
     "rdp", "profiles", "pld", "cdp", "composition", "events", "accountant",

@@ -11,7 +11,7 @@ import os
 import sys
 import tempfile
 
-# Soundness guards (jaxdp/_guards.py) raise instead of falling back in tests:
+# Soundness guards (jaxdp/_src/kernels/guards.py) raise instead of falling back in tests:
 # a violated guard is a bug that the suite must report.
 os.environ.setdefault("JAXDP_STRICT_GUARDS", "1")
 
@@ -46,8 +46,8 @@ def _release_compiled_programs():
 @pytest.fixture(autouse=True)
 def _fresh_host_questions():
   """Every test starts as a fresh process does: its first few small RDP
-  questions are answered on the host (jaxdp._api._host_turn), so a test's
+  questions are answered on the host (jaxdp._src.interfaces.api._host_turn), so a test's
   path does not depend on the tests that ran before it."""
-  from jaxdp import _api
+  from jaxdp._src.interfaces import api as _api
   _api._host_questions_left[0] = _api._HOST_QUESTIONS
   yield

@@ -1,4 +1,4 @@
-"""The round-off allowance of jaxdp._bins_add, checked rather than assumed (issue 35, 2b).
+"""The round-off allowance of jaxdp._src.kernels.bins_add, checked rather than assumed (issue 35, 2b).
 
 Step (5) of that module's docstring charges 1e-12 × the magnitudes entering
 each log-term, assuming exp/log/expm1/log1p/tanh/gammaln accurate to
@@ -30,7 +30,7 @@ from jax.scipy.special import gammaln as jgammaln
 from scipy.special import gammaln, logsumexp
 
 import sampler_reference as R
-from jaxdp import _bins_add as ba
+from jaxdp._src.kernels import bins_add as ba
 
 AL = np.array([1.01, 1.1, 2.0, 4.0, 16.0, 64.0, 256.0, 1024.0])   # one shape: one compile
 REL, ABS = 5e-3, 5e-12                                           # stated looseness allowed

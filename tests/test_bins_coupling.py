@@ -1,5 +1,5 @@
 """Balls-in-bins with a capacity: untruncated bound + overflow probability
-(jaxdp._bins_coupling), checked against SciPy's exact binomial tail and the
+(jaxdp._src.kernels.bins_coupling), checked against SciPy's exact binomial tail and the
 coupling inequality δ' = δ_untruncated(ε) + (1 + e^ε)·p written out here."""
 
 import math
@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 import jaxdp
-from jaxdp import _bins_coupling as bc
+from jaxdp._src.kernels import bins_coupling as bc
 from jaxdp import sampling
 
 N, B, SIGMA, DELTA = 60000, 256, 1.1, 1e-5

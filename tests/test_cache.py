@@ -5,7 +5,7 @@ import os
 import jax
 
 import jaxdp
-from jaxdp import _cache
+from jaxdp._src.core import cache as _cache
 
 
 def test_cache_dir_rules(monkeypatch, tmp_path):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import jaxdp
-from jaxdp import _numerics as nx
+from jaxdp._src.core import numerics as nx
 from jaxdp import calibrate
 
 # Integer orders only: the cheap exact path, so the fast suite compiles quickly.
@@ -247,7 +247,7 @@ def test_sigma_default_orders_feasible_and_tight(monkeypatch, exponent):
   benchmark's distribution, with the first round's predicted order (1.5) and
   with a deliberately bad prediction (0.2: most predicted orders are worse
   than α*, and the plain round must follow)."""
-  from jaxdp import _calibrate_boundary
+  from jaxdp._src.solvers import boundary as _calibrate_boundary
   monkeypatch.setattr(_calibrate_boundary, "_ENVELOPE_EXPONENT", exponent)
   rng = np.random.default_rng(11)
   n = 200
@@ -260,10 +260,10 @@ def test_sigma_default_orders_feasible_and_tight(monkeypatch, exponent):
 
 
 def test_chunks_on_threads_give_the_sequential_bits(monkeypatch):
-  """Chunks run side by side on the CPU's cores (jaxdp._numerics.thread_map):
+  """Chunks run side by side on the CPU's cores (jaxdp._src.core.numerics.thread_map):
   the same answers, bit for bit, as one chunk after the other, in float64."""
   import os
-  from jaxdp import _numerics
+  from jaxdp._src.core import numerics as _numerics
   with _numerics.x64():
     dtypes = _numerics.thread_map(lambda _: jnp.zeros(1).dtype, range(3))
   assert dtypes == [jnp.float64] * 3

@@ -248,9 +248,9 @@ def test_rdp_where_asked_or_implied(capsys, extra):
 
 
 def test_calibrate_default_is_tight_with_lower_end_and_rdp(capsys):
-  """No --accountant: σ of the tight path (jaxdp._tight_calibrate), a certified
+  """No --accountant: σ of the tight path (jaxdp._src.solvers.tight), a certified
   lower end and the RDP answer; --accountant pld is the same, rdp one line."""
-  from jaxdp import _tight_calibrate
+  from jaxdp._src.solvers import tight as _tight_calibrate
   argv = ["calibrate", "--target-epsilon", "2", "--delta", "1e-5", "--q", "0.01", "--steps", "300"]
   code, out, err = run(capsys, *argv)
   assert code == 0 and err == ""
@@ -270,7 +270,7 @@ def test_calibrate_default_is_tight_with_lower_end_and_rdp(capsys):
 
 
 def test_calibrate_steps_and_rate_default_to_tight(capsys):
-  from jaxdp import _tight_calibrate
+  from jaxdp._src.solvers import tight as _tight_calibrate
   code, out, _ = run(capsys, "calibrate", "--solve", "steps", "--target-epsilon", "2",
                      "--delta", "1e-5", "--q", "0.01", "--sigma", "1.0")
   lines = dict(line.split(" = ") for line in out.strip().splitlines())

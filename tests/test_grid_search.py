@@ -1,9 +1,9 @@
-"""jaxdp._grid_search.boundary on monotone functions with known boundaries."""
+"""jaxdp._src.core.grid_search.boundary on monotone functions with known boundaries."""
 
 import numpy as np
 import pytest
 
-from jaxdp import _grid_search as gs
+from jaxdp._src.core import grid_search as gs
 from jaxdp import calibrate
 
 

@@ -1,4 +1,4 @@
-"""jaxdp._host_bracket: the batched host root finder of the PLD calibration.
+"""jaxdp._src.core.host_bracket: the batched host root finder of the PLD calibration.
 
 Checked on functions whose boundary is known in closed form: the returned
 bracket holds the true boundary, is no wider than tol, its feasible end is
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import jaxdp
-from jaxdp import _host_bracket, calibrate
+from jaxdp import calibrate
+from jaxdp._src.core import host_bracket as _host_bracket
 
 DELTA = 1e-5
 

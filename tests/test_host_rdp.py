@@ -1,4 +1,4 @@
-"""The host (NumPy, no compilation) path of one RDP question: jaxdp._host_rdp.
+"""The host (NumPy, no compilation) path of one RDP question: jaxdp._src.kernels.host_rdp.
 
 It must give the compiled path's answer (same formulas, other executor) over
 the whole legal domain, be an upper bound by the independent mpmath
@@ -10,10 +10,14 @@ import pytest
 from jax import monitoring
 
 import jaxdp
-from jaxdp import _api, _calibrate_boundary, _host_rdp, calibrate, rdp
-from jaxdp import _numerics as nx
+from jaxdp import calibrate, rdp
+from jaxdp._src.interfaces import api as _api
+from jaxdp._src.solvers import boundary as _calibrate_boundary
+from jaxdp._src.kernels import host_rdp as _host_rdp
+from jaxdp._src.core import numerics as nx
 
 from reference import ref_rdp_to_epsilon, ref_sampled_gaussian_delta, ref_sgm_rdp
+from jaxdp._src.kernels import rdp as rdp_impl
 
 
 def _domain(n, seed):
@@ -49,7 +53,7 @@ def _host(kind, q, sigma, steps, x, nodes=None):
   out = np.empty(q.size)
   for i in range(q.size):
     one = [np.array([a[i]]) for a in (q, sigma, steps, x)]
-    n = rdp._nodes_for(one[1]) if nodes is None else nodes
+    n = rdp_impl._nodes_for(one[1]) if nodes is None else nodes
     out[i] = _host_rdp.minimum_over_all_orders(kind, "improved", *one, n)[0]
   if kind == "delta":
     out = _api.delta_floor(out, q, steps, x)
@@ -67,7 +71,7 @@ def _agree(host, compiled, rtol):
 def test_host_equals_compiled_over_the_domain(kind):
   q, sigma, steps, delta, eps = _domain(40, seed=1)
   x = delta if kind == "epsilon" else eps
-  _agree(_host(kind, q, sigma, steps, x, rdp._nodes_for(sigma)),
+  _agree(_host(kind, q, sigma, steps, x, rdp_impl._nodes_for(sigma)),
          _compiled(kind, q, sigma, steps, x), 1e-12)
 
 
@@ -76,7 +80,7 @@ def test_host_equals_compiled_over_the_domain(kind):
 def test_host_equals_compiled_exhaustive(kind):
   q, sigma, steps, delta, eps = _domain(400, seed=2)
   x = delta if kind == "epsilon" else eps
-  _agree(_host(kind, q, sigma, steps, x, rdp._nodes_for(sigma)),
+  _agree(_host(kind, q, sigma, steps, x, rdp_impl._nodes_for(sigma)),
          _compiled(kind, q, sigma, steps, x), 1e-12)
 
 
@@ -87,7 +91,7 @@ def test_host_value_is_an_upper_bound_at_its_order(q, sigma, steps, delta):
   """ε ≥ the mpmath conversion of the mpmath RDP at the order it reports."""
   args = [np.array([v], np.float64) for v in (q, sigma, steps, delta)]
   value, alpha = _host_rdp.minimum_over_all_orders("epsilon", "improved", *args,
-                                                   rdp._nodes_for(args[1]), with_order=True)
+                                                   rdp_impl._nodes_for(args[1]), with_order=True)
   a = float(alpha[0])
   ref = float(ref_rdp_to_epsilon(steps * float(ref_sgm_rdp(q, sigma, a)), a, delta))
   assert value[0] >= ref

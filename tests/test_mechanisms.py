@@ -31,6 +31,7 @@ from dp_accounting import dp_event as dpe
 from dp_accounting.pld import common as dp_common
 from dp_accounting.pld import privacy_loss_distribution as dp_pld
 from dp_accounting.rdp import rdp_privacy_accountant as dp_rdp
+from jaxdp._src.mechanisms import discrete as D_impl
 
 logging.getLogger().setLevel(logging.ERROR)  # dp_accounting's connect-the-dots notices
 
@@ -165,7 +166,7 @@ def test_discrete_gaussian_pair_bounds_brute_force(sigma, d):
 def test_coarsened_discrete_pairs_dominate(monkeypatch):
   events = (E.DiscreteGaussian(40.0, 3), E.DiscreteLaplace(0.05, 500))
   exact = [M.dominating_pairs(ev) for ev in events]
-  monkeypatch.setattr(D, "MAX_ATOMS", 64)
+  monkeypatch.setattr(D_impl, "MAX_ATOMS", 64)
   for ev, fine in zip(events, exact):
     coarse = M.dominating_pairs(ev)
     assert coarse.remove.p.size <= 64 + 2 < fine.remove.p.size

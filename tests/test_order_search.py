@@ -1,4 +1,4 @@
-"""The pruned minimum over orders (jaxdp._order_search) against evaluating all.
+"""The pruned minimum over orders (jaxdp._src.kernels.order_search) against evaluating all.
 
 The reference is the exhaustive jitted path (:func:`jaxdp.rdp.dpsgd_epsilon`
 / ``dpsgd_delta``, every order evaluated), whose kernels are checked against
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import jaxdp
-from jaxdp import _numerics as nx
-from jaxdp import _order_search, rdp
+from jaxdp._src.core import numerics as nx
+from jaxdp import rdp
+from jaxdp._src.kernels import order_search as _order_search
 
 DP_ORDERS = np.concatenate([1.0 + np.arange(1, 100) / 10.0, np.arange(11, 64), [128, 256, 512, 1024]])
 

@@ -15,6 +15,7 @@ from jaxdp import events, pld
 
 dp_accounting = pytest.importorskip("dp_accounting")
 from dp_accounting.pld import pld_privacy_accountant  # noqa: E402
+from jaxdp._src.pld import kernel as pld_impl
 
 
 # --------------------------------------------------------------------------
@@ -273,16 +274,16 @@ def test_slow_dp_sgd_configs():
 
 def _layout(lengths, nb_pad=None):
   import jax.numpy as jnp
-  rob, j0, start, n_rows = pld._pack(np.array(lengths), nb_pad)
-  return pld._Rows(*(jnp.asarray(a) for a in (rob, j0, start, n_rows))), start
+  rob, j0, start, n_rows = pld_impl._pack(np.array(lengths), nb_pad)
+  return pld_impl._Rows(*(jnp.asarray(a) for a in (rob, j0, start, n_rows))), start
 
 
 # Rows shorter than a block, exactly one block, spanning several blocks.
-LENGTHS = [3, pld._BLK, 2 * pld._BLK + 7, 1, pld._BLK - 1, 5 * pld._BLK + 300]
-LONG_LENGTHS = [3, 20 * pld._BLK + 5, 7 * pld._BLK, 17 * pld._BLK + 1]   # 47 blocks
+LENGTHS = [3, pld_impl._BLK, 2 * pld_impl._BLK + 7, 1, pld_impl._BLK - 1, 5 * pld_impl._BLK + 300]
+LONG_LENGTHS = [3, 20 * pld_impl._BLK + 5, 7 * pld_impl._BLK, 17 * pld_impl._BLK + 1]   # 47 blocks
 
 
-# Layouts for the multi-level scans (jaxdp._pld_step._levels): one group of
+# Layouts for the multi-level scans (jaxdp._src.pld.step._levels): one group of
 # 16 blocks; rows crossing group boundaries (3 and 4 groups, the production
 # chunks have 16); a block count that is not a multiple of 16.
 LAYOUTS = [(LENGTHS, None), (LONG_LENGTHS, 48), (LONG_LENGTHS, 64), (LENGTHS, 40)]
@@ -304,17 +305,17 @@ def test_packed_segmented_sums_match_loops(lengths, nb_pad):
   okf = ok.reshape(-1)
   for r, n in enumerate(lengths):
     seg = flat[start[r]:start[r] + n]
-    pad = flat[start[r] + n:start[r] + -(-n // pld._BLK) * pld._BLK]  # filler of the row
+    pad = flat[start[r] + n:start[r] + -(-n // pld_impl._BLK) * pld_impl._BLK]  # filler of the row
     ref_c = np.cumsum(seg)
     ref_r = np.cumsum(seg[::-1])[::-1] + pad.sum()
     np.testing.assert_allclose(cs.reshape(-1)[start[r]:start[r] + n], ref_c, rtol=1e-13)
     np.testing.assert_allclose(rcs.reshape(-1)[start[r]:start[r] + n], ref_r, rtol=1e-13)
     np.testing.assert_allclose(tot[r], ref_r[0], rtol=1e-13)
-    blk = okf[start[r]:start[r] + -(-n // pld._BLK) * pld._BLK]
+    blk = okf[start[r]:start[r] + -(-n // pld_impl._BLK) * pld_impl._BLK]
     assert good[r] == blk.all()
 
 
-@pytest.mark.parametrize("lengths", [LENGTHS, [1], [pld._BLK]])
+@pytest.mark.parametrize("lengths", [LENGTHS, [1], [pld_impl._BLK]])
 def test_packed_neighbour_shifts_follow_the_flat_order(lengths):
   """x_{j+1} and x_{j-1} in the flat order of the packed blocks (across block
   ends too), zero past either end of the array."""
@@ -344,7 +345,7 @@ def test_packed_minplus_scans_match_loops(filler, lengths, nb_pad):
   capf, wf = cap.reshape(-1), w.reshape(-1)
   for r, n in enumerate(lengths):
     s0 = start[r]
-    end = s0 + -(-n // pld._BLK) * pld._BLK  # the row owns its filler
+    end = s0 + -(-n // pld_impl._BLK) * pld_impl._BLK  # the row owns its filler
     y, ref = np.inf, []
     for k in range(s0, end):
       y = min(capf[k], y + wf[k])
@@ -359,22 +360,22 @@ def test_packed_minplus_scans_match_loops(filler, lengths, nb_pad):
 
 def test_chunks_pack_every_row_once():
   rng = np.random.default_rng(3)
-  n = np.concatenate([rng.integers(1, 40 * pld._BLK, 60), [300 * pld._BLK]])
-  parts = pld._chunks(n)
+  n = np.concatenate([rng.integers(1, 40 * pld_impl._BLK, 60), [300 * pld_impl._BLK]])
+  parts = pld_impl._chunks(n)
   seen = np.concatenate([np.asarray(p) for p, _ in parts])
   assert sorted(seen) == list(range(len(n)))
   for part, size in parts:
-    need = int(np.sum(-(-n[np.asarray(part)] // pld._BLK)))
+    need = int(np.sum(-(-n[np.asarray(part)] // pld_impl._BLK)))
     assert need + 1 <= size  # room for the dummy row's filler block
-    rob, j0, start, n_rows = pld._pack(n[np.asarray(part)], size)
-    assert len(rob) == size and np.all(np.bincount(rob)[:len(part)] * pld._BLK >= n[part])
+    rob, j0, start, n_rows = pld_impl._pack(n[np.asarray(part)], size)
+    assert len(rob) == size and np.all(np.bincount(rob)[:len(part)] * pld_impl._BLK >= n[part])
 
 
 def test_fft_sizes():
   # Powers of two only (few compiled programs; a configuration's window does
   # not depend on the other configurations of the call).
   for m in list(range(1, 5000, 37)) + list(np.random.default_rng(4).integers(4096, 2 ** 21, 200)):
-    s = pld._fft_size(m)
+    s = pld_impl._fft_size(m)
     assert s >= m and s & (s - 1) == 0
     assert s < max(2 * m, 4097)
 
@@ -391,7 +392,7 @@ def test_step_sweeps_share_one_step_pmfs_and_answer_as_alone(monkeypatch):
   """Configurations that differ in T alone (within one grid bucket) share
   their one-step PMFs (built once: 2 directions x 2 (q, σ) pairs here), and
   each answer is bit for bit the one it gets alone."""
-  from jaxdp import _pld_run
+  from jaxdp._src.pld import run as _pld_run
   q = np.array([0.01, 0.01, 0.01, 0.003, 0.003])
   s = np.array([1.1, 1.1, 1.1, 0.9, 0.9])
   t = np.array([300, 1000, 60000, 2000, 5000])
@@ -416,10 +417,10 @@ def test_one_step_grid_leaves_at_most_the_budget_outside(q, sigma):
   mp.mp.dps = 30
   h, tail = 1e-3, 1e-9
   for steps in [1, 700, 10 ** 5]:
-    tau = tail / float(pld._grid_steps(np.array([steps]))[0])
+    tau = tail / float(pld_impl._grid_steps(np.array([steps]))[0])
     assert tau <= tail / steps
     for remove in (True, False):
-      i_lo, i_hi = pld._grid_range(np.array([q]), np.array([sigma]), np.array([float(steps)]),
+      i_lo, i_hi = pld_impl._grid_range(np.array([q]), np.array([sigma]), np.array([float(steps)]),
                                    np.array([h]), remove, np.array([tail]))
       lo, hi = mp.mpf(int(i_lo[0])) * h, mp.mpf(int(i_hi[0])) * h
 
@@ -440,7 +441,7 @@ def test_one_step_grid_leaves_at_most_the_budget_outside(q, sigma):
       assert below <= tau * (1 + 1e-9) and above <= tau * (1 + 1e-9), (remove, steps, below, above)
 
 
-@pytest.mark.parametrize("tail", [pld._TAIL, 1e-9])
+@pytest.mark.parametrize("tail", [pld_impl._TAIL, 1e-9])
 @pytest.mark.parametrize("q,sigma,steps,remove", [(0.2, 0.8, 12, True), (0.2, 0.8, 12, False),
                                                   (0.05, 1.5, 40, True), (1.0, 3.0, 5, False)])
 def test_window_edges_hold_the_tails(q, sigma, steps, remove, tail):
@@ -453,25 +454,25 @@ def test_window_edges_hold_the_tails(q, sigma, steps, remove, tail):
   """
   import jax
   h = 0.02
-  i_lo, i_hi = pld._grid_range(np.array([q]), np.array([sigma]), np.array([float(steps)]),
+  i_lo, i_hi = pld_impl._grid_range(np.array([q]), np.array([sigma]), np.array([float(steps)]),
                                np.array([h]), remove, np.array([tail]))
   n = int(i_hi[0] - i_lo[0] + 1)
   with jax.enable_x64(True):
-    rob, j0, start, n_rows = pld._pack(np.array([n]))
+    rob, j0, start, n_rows = pld_impl._pack(np.array([n]))
     r_pad = len(start)
     par = [np.full(r_pad, v) for v in (q, sigma, h)]
     lo_arr = np.zeros(r_pad, np.int64)
     lo_arr[0] = i_lo[0]
-    pp, _, po, a_p, b_p, a_o, b_o = (np.asarray(v) for v in pld._stage1(
+    pp, _, po, a_p, b_p, a_o, b_o = (np.asarray(v) for v in pld_impl._stage1(
         *par, lo_arr, np.full(r_pad, float(steps)), np.full(r_pad, -np.log(tail)), rob, j0,
         start, n_rows, remove=remove))
   pp, po = pp[:n], po[:n]
   base = steps * int(i_lo[0])
-  hi_edge = int(b_p[0]) - pld._EDGE_PAD - base   # certified edges, in node sums
-  lo_edge = int(a_o[0]) + pld._EDGE_PAD - base
+  hi_edge = int(b_p[0]) - pld_impl._EDGE_PAD - base   # certified edges, in node sums
+  lo_edge = int(a_o[0]) + pld_impl._EDGE_PAD - base
   # the accuracy edges (each PMF's other end) are Chernoff edges too
-  lo_p = int(a_p[0]) + pld._EDGE_PAD - base
-  hi_o = int(b_o[0]) - pld._EDGE_PAD - base
+  lo_p = int(a_p[0]) + pld_impl._EDGE_PAD - base
+  hi_o = int(b_o[0]) - pld_impl._EDGE_PAD - base
   comp_p, comp_o = np.ones(1), np.ones(1)
   for _ in range(steps):
     comp_p = np.convolve(comp_p, pp)

@@ -5,7 +5,7 @@ bound, the general engine :mod:`jaxdp.pld_general`), ``jaxdp.pld.epsilon`` /
 ``pld.delta`` (with and without ``return_bounds``), ``jaxdp.epsilon`` /
 ``jaxdp.delta`` with ``accountant="pld"``, ``jaxdp.accountant.pld()`` and
 ``epsilon_batch`` / ``delta_batch`` report the same number: min(kernel upper,
-general upper, RDP upper) (:mod:`jaxdp._pld_fallback`).
+general upper, RDP upper) (:mod:`jaxdp._src.pld.fallback`).
 
 References are independent of the code under test where they can be: the
 RDP answer is ``jaxdp.epsilon(..., accountant="rdp")`` (another engine; the
@@ -27,8 +27,10 @@ import numpy as np
 import pytest
 
 import jaxdp
-from jaxdp import _pld_fallback, accountant, events, pld, pld_accountant, pld_general
-from jaxdp._tight_calibrate import poisson_phases
+from jaxdp import accountant, events, pld, pld_accountant, pld_general
+from jaxdp._src.pld import fallback as _pld_fallback
+from jaxdp._src.solvers.tight import poisson_phases
+from jaxdp._src.pld import kernel as pld_impl
 
 ROW3 = [(1e-3, 1.0, 10**6, 1e-8), (1e-3, 1.0, 10**6, 1e-12), (1e-3, 1.0, 10**5, 1e-12),
         (0.01, 0.05, 10, 1e-12)]
@@ -94,13 +96,13 @@ def test_kernel_infinite_general_engine_finite(monkeypatch):
   valid upper bound) and the general engine answers finitely, every surface
   reports min(general upper, RDP): finite, equal, and inside the general
   engine's certified interval. Pre-fix, accountant.pld() answered +∞."""
-  real = pld._run_within_memory
+  real = pld_impl._run_within_memory
 
   def kernel_with_infinite_upper(*args, **kwargs):
     up, lo = real(*args, **kwargs)
     return np.full_like(up, np.inf), lo
 
-  monkeypatch.setattr(pld, "_run_within_memory", kernel_with_infinite_upper)
+  monkeypatch.setattr(pld_impl, "_run_within_memory", kernel_with_infinite_upper)
   q, s, t, d = 0.01, 1.0, 1000, 1e-8
   g_lo, g_up = pld_general.epsilon(poisson_phases(q, s, t), np.asarray([d]), return_bounds=True)
   g_lo, g_up = float(g_lo[0]), float(g_up[0])
@@ -180,13 +182,13 @@ def test_multi_phase_accountant_never_above_rdp(monkeypatch):
   +∞) and within 1% of dp_accounting's RDP accountant (a test-only oracle;
   orders and conversion differ slightly); ``epsilon_batch`` agrees."""
   import dp_accounting as dpa
-  real = pld._run_within_memory
+  real = pld_impl._run_within_memory
 
   def kernel_with_infinite_upper(*args, **kwargs):
     up, lo = real(*args, **kwargs)
     return np.full_like(up, np.inf), lo
 
-  monkeypatch.setattr(pld, "_run_within_memory", kernel_with_infinite_upper)
+  monkeypatch.setattr(pld_impl, "_run_within_memory", kernel_with_infinite_upper)
   monkeypatch.setattr(_pld_fallback, "MAX_CONFIGURATIONS", 0)
   phases = [(events.SampledGaussian(0.01, 1.0), 200), (events.SampledGaussian(0.02, 2.0), 300)]
   acc = accountant.pld()
@@ -218,12 +220,12 @@ def test_row3_width_at_most_one_percent(case):
 
 @pytest.mark.slow
 def test_cli_one_question_no_worse_than_python():
-  """The CLI's one-question path (jaxdp._api.tight_one, general engine
+  """The CLI's one-question path (jaxdp._src.interfaces.api.tight_one, general engine
   first): where the general engine's interval is over 1% wide (8.6% at
   q = 1e-3, σ = 1, T = 10⁵, δ = 1e-12, [2.7956, 3.0570]) it takes the
   batched path's best answer too, so it reports what Python reports
   (pre-change the CLI said 3.0570 and jaxdp.epsilon(..., "pld") 3.2007)."""
-  from jaxdp import _api
+  from jaxdp._src.interfaces import api as _api
   q, s, t, d = ROW3[2]
   lo, up, rdp_up = _api.tight_one("epsilon", q, s, t, d)
   assert min(up, rdp_up) == float(jaxdp.epsilon(q, s, t, d, accountant="pld"))
@@ -231,15 +233,16 @@ def test_cli_one_question_no_worse_than_python():
 
 
 def test_rdp_epsilon_floor_is_below_the_full_value_over_the_domain():
-  """jaxdp._host_rdp.epsilon_floor (which lets the PLD paths skip the full
+  """jaxdp._src.kernels.host_rdp.epsilon_floor (which lets the PLD paths skip the full
   RDP value where the PLD upper end is below it) never exceeds the full
   default-path RDP ε, over a log-uniform sample of the whole domain (q
   1e-6..1, σ 0.3..30, T 1..1e6, δ 1e-14..0.1), and is close to it in the
   DP-SGD regime (MNIST: within 2%). Where the full value is 0 (the KL
   clause) it is not compared: the floor is used only where ε > 0 is
   certified."""
-  from jaxdp import _api, _host_rdp
-  from jaxdp._numerics import x64
+  from jaxdp._src.interfaces import api as _api
+  from jaxdp._src.kernels import host_rdp as _host_rdp
+  from jaxdp._src.core.numerics import x64
   rng = np.random.default_rng(35)
   n = 240
   q = 10 ** rng.uniform(-6, 0, n)

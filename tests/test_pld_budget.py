@@ -12,14 +12,15 @@ import math
 import numpy as np
 import pytest
 
-from jaxdp import _api
-from jaxdp import _host_rdp
-from jaxdp import _numerics as nx
-from jaxdp import _pld_readout
-from jaxdp import _pld_run
+from jaxdp._src.interfaces import api as _api
+from jaxdp._src.kernels import host_rdp as _host_rdp
+from jaxdp._src.core import numerics as nx
+from jaxdp._src.pld import readout as _pld_readout
+from jaxdp._src.pld import run as _pld_run
 from jaxdp import pld
 from jaxdp import pld_general
-from jaxdp._tight_calibrate import poisson_phases
+from jaxdp._src.solvers.tight import poisson_phases
+from jaxdp._src.pld import kernel as pld_impl
 
 
 def _domain(n, seed):
@@ -59,7 +60,7 @@ def _stub_ceiling(monkeypatch, value):
 
   monkeypatch.setattr(_host_rdp, "small_order_ceiling",
                       lambda kind, q, s, t, x: np.full(q.size, float(value)))
-  monkeypatch.setattr(pld, "_full_rdp", full)
+  monkeypatch.setattr(pld_impl, "_full_rdp", full)
   return calls
 
 
@@ -68,13 +69,13 @@ def test_rdp_ceiling_escalates_exactly_where_the_cheap_bound_does_not_suffice(mo
   flat = [np.full(5, v) for v in (0.01, 1.0, 100.0, 1e-5)]
   lo = np.array([1.0, 1.0, 2.5, 1.0, 1.0])
   up = np.array([1.5, 2.5, 2.6, np.inf, np.nan])
-  out, full = pld._rdp_ceiling("epsilon", flat, lo, up)  # pylint: disable=protected-access
+  out, full = pld_impl._rdp_ceiling("epsilon", flat, lo, up)  # pylint: disable=protected-access
   # rows 1 (ceiling < up), 2 (lo > ceiling), 3 (+inf), 4 (NaN): the full value
   np.testing.assert_array_equal(out, [2.0, 7.0, 7.0, 7.0, 7.0])
   np.testing.assert_array_equal(full, [False, True, True, True, True])
   assert calls == [4]
   calls.clear()
-  out, full = pld._rdp_ceiling("epsilon", flat[:1] * 4, lo[:1], up[:1])  # pylint: disable=protected-access
+  out, full = pld_impl._rdp_ceiling("epsilon", flat[:1] * 4, lo[:1], up[:1])  # pylint: disable=protected-access
   assert calls == [] and out[0] == 2.0 and not full[0]
 
 
@@ -149,8 +150,8 @@ def test_truncation_budget_is_a_fraction_of_the_smallest_target_delta():
   tb = _pld_run._tail_budget  # pylint: disable=protected-access
   q = np.array([[1e-5, 1e-7], [0.5, 0.5], [1e-300, 1e-300]])
   np.testing.assert_allclose(tb(q, True, 2), [_pld_run.TAIL_FRACTION * 1e-7 / 2,
-                                               _pld_run.TAIL_FRACTION * 0.5 / 2, pld._TAIL])
-  np.testing.assert_array_equal(tb(q, False, 1), [pld._TAIL] * 3)
+                                               _pld_run.TAIL_FRACTION * 0.5 / 2, pld_impl._TAIL])
+  np.testing.assert_array_equal(tb(q, False, 1), [pld_impl._TAIL] * 3)
 
 
 @pytest.mark.parametrize("q,sigma,steps,delta", [
@@ -172,11 +173,11 @@ def test_budgeted_epsilon_interval_meets_the_general_engines(q, sigma, steps, de
 
 
 def test_guard_one_step_epsilon_is_a_tight_lower_bound_over_the_domain():
-  """The guards' host bisection (jaxdp._guards, NumPy, no compilation)
+  """The guards' host bisection (jaxdp._src.kernels.guards, NumPy, no compilation)
   against the harness's independent 200-step bisection and, on a sample,
   mpmath: never above the exact one-step ε, and within 1e-7 of it."""
   import harness_reference as hr
-  from jaxdp import _guards
+  from jaxdp._src.kernels import guards as _guards
   q, s, t, rng = _domain(400, 3)
   d = 10 ** rng.uniform(-14, -0.3, q.size)
   got = _guards.one_step_epsilon(q, s, d)

@@ -1,4 +1,4 @@
-"""Chernoff window edges of the batched PLD (jaxdp._pld_step._chernoff_edges)
+"""Chernoff window edges of the batched PLD (jaxdp._src.pld.step._chernoff_edges)
 against brute force on synthetic PMFs in the packed layout.
 
 References: the exact tail mass of the T-fold convolution (NumPy, small T),
@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdp import _pld_step as ps
+from jaxdp._src.pld import step as ps
+from jaxdp._src.pld import kernel as pld_impl
 
 
 def _pmfs(rng, kind, longest):
@@ -124,11 +125,11 @@ def test_failed_lower_edge_search_falls_back_to_the_certified_zero(monkeypatch):
 
   monkeypatch.setattr(ps, "_chernoff_edges", broken)
   q, sigma, steps, h = 0.2, 0.8, 12, 0.02
-  i_lo, i_hi = pld._grid_range(np.array([q]), np.array([sigma]), np.array([float(steps)]),
+  i_lo, i_hi = pld_impl._grid_range(np.array([q]), np.array([sigma]), np.array([float(steps)]),
                                np.array([h]), True)
   n = int(i_hi[0] - i_lo[0] + 1)
   with jax.enable_x64(True):
-    rob, j0, start, n_rows = pld._pack(np.array([n]))
+    rob, j0, start, n_rows = pld_impl._pack(np.array([n]))
     r_pad = len(start)
     lo_arr = np.zeros(r_pad, np.int64)
     lo_arr[0] = i_lo[0]

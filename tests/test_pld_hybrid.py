@@ -1,4 +1,4 @@
-"""Mixed configurations on the batched FFT kernel (jaxdp._pld_extra).
+"""Mixed configurations on the batched FFT kernel (jaxdp._src.pld.extra).
 
 A configuration with (sampled) Gaussian phases and other events (Laplace,
 discrete Gaussian, randomized response, ...) is composed by the batched
@@ -20,6 +20,8 @@ from jaxdp import events as E
 from jaxdp import mechanisms
 from jaxdp import pld_accountant as PA
 from jaxdp import pld_general
+from jaxdp._src.accounting import pld_accountant as PA_impl
+from jaxdp._src.pld import general as pld_general_impl
 
 mp.mp.dps = 40
 
@@ -30,8 +32,8 @@ def hybrid_only(monkeypatch):
   mixed configuration per call (the accountant's) goes to the kernel too."""
   def boom(*a, **k):
     raise AssertionError("configuration went to the general engine")
-  monkeypatch.setattr(PA, "_general_one", boom)
-  monkeypatch.setattr(PA, "_MIXED_KERNEL_MIN", 1)
+  monkeypatch.setattr(PA_impl, "_general_one", boom)
+  monkeypatch.setattr(PA_impl, "_MIXED_KERNEL_MIN", 1)
 
 
 def _bounds(phases, value, want_epsilon):
@@ -248,8 +250,8 @@ def test_routing(monkeypatch):
   when the call holds at least two mixed configurations (one goes to the
   general engine: no compilation for a single question)."""
   calls = []
-  real = PA._general_one
-  monkeypatch.setattr(PA, "_general_one", lambda *a: calls.append(1) or real(*a))
+  real = PA_impl._general_one
+  monkeypatch.setattr(PA_impl, "_general_one", lambda *a: calls.append(1) or real(*a))
   ok = [(E.SampledGaussian(0.01, 1.0), 100), (E.Laplace(5.0), 100)]
   PA.epsilon_batch([ok, ok], 1e-5)
   assert not calls
@@ -321,6 +323,6 @@ def test_edges_of_the_domain(q, sigma, steps):
   glo, gup = pld_general.epsilon(pairs, 1e-12, return_bounds=True)
   assert not np.isnan(up[0]) and lo[0] <= up[0]
   assert lo[0] <= gup * (1 + 1e-9) and glo <= up[0] * (1 + 1e-9), (lo[0], up[0], glo, gup)
-  assert np.all(dup[0] >= pld_general.one_step_delta(pairs, eps) * (1 - 1e-9))
+  assert np.all(dup[0] >= pld_general_impl.one_step_delta(pairs, eps) * (1 - 1e-9))
   gdlo, gdup = pld_general.delta(pairs, eps, return_bounds=True)
   assert np.all(dlo[0] <= gdup * (1 + 1e-9) + 1e-300) and np.all(gdlo <= dup[0] * (1 + 1e-9) + 1e-300)

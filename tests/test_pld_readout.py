@@ -1,4 +1,4 @@
-"""The host read-out of composed PLD windows (jaxdp/_pld_readout.py).
+"""The host read-out of composed PLD windows (jaxdp/_src/pld/readout.py).
 
 ``epsilon_on_windows`` reads ε(δ) in two passes (δ at the first node of every
 block, then every node of the crossing block).  Checked here against two
@@ -19,7 +19,7 @@ import math
 import numpy as np
 import pytest
 
-from jaxdp import _pld_readout as R
+from jaxdp._src.pld import readout as R
 
 
 def _direct_delta(w, start, h, inf_mass, eps):

@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 import jaxdp
-from jaxdp import _guards
+from jaxdp._src.kernels import guards as _guards
 from jaxdp import pld
 from reference import ref_sampled_gaussian_delta
+from jaxdp._src.pld import kernel as pld_impl
 
 
 def _one_step_delta_mpmath(q, sigma, eps):
@@ -93,9 +94,9 @@ def test_aligned_grid_agrees_with_an_unaligned_one():
                                            (1.0, 0.01, 1), (0.5, 0.02, 10 ** 5)])
 def test_automatic_grid_respects_memory_floor(q, sigma, steps):
   h = float(pld.grid_interval(q, sigma, steps))
-  i_lo, i_hi = pld._grid_range(np.array([q]), np.array([sigma]), np.array([float(steps)]),  # pylint: disable=protected-access
+  i_lo, i_hi = pld_impl._grid_range(np.array([q]), np.array([sigma]), np.array([float(steps)]),  # pylint: disable=protected-access
                                np.array([h]), True)
-  assert (i_hi - i_lo + 1)[0] <= 2 * pld._MAX_STEP_GRID  # pylint: disable=protected-access
+  assert (i_hi - i_lo + 1)[0] <= 2 * pld_impl._MAX_STEP_GRID  # pylint: disable=protected-access
 
 
 def test_user_grid_too_fine_raises_value_error():
@@ -105,13 +106,13 @@ def test_user_grid_too_fine_raises_value_error():
 
 def test_guard_raises_in_strict_mode_and_falls_back_otherwise(monkeypatch):
   """A tight answer below the one-step bound must never reach the user."""
-  real = pld._scatter_bounds  # pylint: disable=protected-access
+  real = pld_impl._scatter_bounds  # pylint: disable=protected-access
 
   def broken(*args, **kwargs):
     up, lo = real(*args, **kwargs)
     return up * 1e-3, lo * 1e-3  # the shape of the old bug: far too small
 
-  monkeypatch.setattr(pld, "_scatter_bounds", broken)
+  monkeypatch.setattr(pld_impl, "_scatter_bounds", broken)
   monkeypatch.setenv("JAXDP_STRICT_GUARDS", "1")
   with pytest.raises(_guards.GuardViolation):
     pld.epsilon(0.01, 0.5, 10, 1e-5)
@@ -124,8 +125,8 @@ def test_guard_raises_in_strict_mode_and_falls_back_otherwise(monkeypatch):
 
 
 def test_delta_guard_raises_in_strict_mode(monkeypatch):
-  real = pld._scatter_bounds  # pylint: disable=protected-access
-  monkeypatch.setattr(pld, "_scatter_bounds",
+  real = pld_impl._scatter_bounds  # pylint: disable=protected-access
+  monkeypatch.setattr(pld_impl, "_scatter_bounds",
                       lambda *a, **k: tuple(x * 0.0 for x in real(*a, **k)))
   monkeypatch.setenv("JAXDP_STRICT_GUARDS", "1")
   with pytest.raises(_guards.GuardViolation):
@@ -229,7 +230,7 @@ def test_fallback_runs_where_the_interval_is_infinite_or_wide(monkeypatch):
   """The general engine is asked exactly for the configurations whose kernel
   interval is +∞ or wider than WIDE of its upper end (or of 0.1 for small ε),
   and its interval is intersected with the kernel's (stub engine: no seconds)."""
-  from jaxdp import _pld_fallback
+  from jaxdp._src.pld import fallback as _pld_fallback
   asked = []
 
   def general(q, sigma, steps, deltas, rtol):
@@ -253,15 +254,16 @@ def test_fallback_runs_where_the_interval_is_infinite_or_wide(monkeypatch):
 def test_small_delta_after_many_steps_is_finite_and_narrow(args, kernel_narrow):
   """Where the kernel's round-off bound is comparable to δ (10⁵-10⁶ steps,
   δ = 1e-12) its untilted upper ε was +∞ or far above its lower end. The
-  tilted second pass (jaxdp._pld_tilt) makes the kernel's own interval
+  tilted second pass (jaxdp._src.pld.tilt) makes the kernel's own interval
   narrow where round-off set the width (first case); in the second the
   pessimistic one-step PMF's mass deficit (~1e-16 per step, booked at +∞)
   times 10⁵ steps exceeds δ, so the kernel's upper end stays +∞ and the
   general engine's interval is intersected in. Independent checks: the
   public interval inside the kernel's, the lower end below the RDP bound,
   overlap with the general engine's certified interval, and narrow."""
-  from jaxdp import _pld_fallback, pld_general
-  from jaxdp._tight_calibrate import poisson_phases
+  from jaxdp import pld_general
+  from jaxdp._src.pld import fallback as _pld_fallback
+  from jaxdp._src.solvers.tight import poisson_phases
   old = _pld_fallback.MAX_CONFIGURATIONS
   try:
     _pld_fallback.MAX_CONFIGURATIONS = 0
@@ -288,7 +290,7 @@ def test_window_epsilon_is_the_crossing_of_the_direct_delta(seed, with_allowance
   step below it is above (the summation allowance moves it up by ~64·n ulps
   of δ); the lower ε sits at or below the crossing; δ(ε) equals the direct
   sum; +∞ where the infinity mass alone exceeds the target."""
-  from jaxdp import _pld_readout as R
+  from jaxdp._src.pld import readout as R
   rng = np.random.default_rng(seed)
   n = int(rng.integers(50, 3000))
   h = float(10 ** rng.uniform(-4, 0))
@@ -329,12 +331,12 @@ def test_round_off_allowance_counts_the_nodes_above_the_query():
   jaxdp.epsilon(pld) reported the RDP bound (0.8685). With the allowance of
   the nodes above ε only it is finite, and its interval is consistent with
   the general engine's (which bounds round-off by tilting)."""
-  from jaxdp import _numerics as nx
+  from jaxdp._src.core import numerics as nx
   from jaxdp import pld_general
-  from jaxdp._tight_calibrate import poisson_phases
+  from jaxdp._src.solvers.tight import poisson_phases
   args = (0.0017728413706949182, 3.6489911547677814, 81023.0, 8.190274576388081e-11)
   with nx.x64():
-    lo, up, rdp = pld.guarded_bounds("epsilon", *args)
+    lo, up, rdp = pld_impl.guarded_bounds("epsilon", *args)
   g_lo, g_up = pld_general.epsilon(poisson_phases(*args[:3]), args[3], return_bounds=True)
   assert np.isfinite(up) and up < rdp
   assert float(lo) <= float(g_up) and float(g_lo) <= float(up)

@@ -1,4 +1,4 @@
-"""The fast PLD kernel's round-off bound (jaxdp._pld_compose._compose_group)
+"""The fast PLD kernel's round-off bound (jaxdp._src.pld.compose._compose_group)
 against errors measured in long-double arithmetic on small cases.
 
 The bound is proven under one stated model assumption (docs/mathematics.md,
@@ -16,8 +16,8 @@ import scipy.fft
 
 import jax.numpy as jnp
 
-from jaxdp._numerics import x64
-from jaxdp._pld_compose import _LEVEL_ULPS, _compose_group, _gamma, power_bits
+from jaxdp._src.core.numerics import x64
+from jaxdp._src.pld.compose import _LEVEL_ULPS, _compose_group, _gamma, power_bits
 
 _U = np.finfo(np.float64).eps / 2
 pytestmark = pytest.mark.skipif(np.finfo(np.longdouble).eps > 1e-18,

@@ -1,4 +1,4 @@
-"""The fast PLD kernel's tilted second pass (jaxdp._pld_tilt): where the
+"""The fast PLD kernel's tilted second pass (jaxdp._src.pld.tilt): where the
 proven round-off bound sets the width of the kernel's interval (small δ,
 many steps), the configuration is recomposed with its one-step PMFs tilted
 towards the query. Checked here: the pieces' rounding directions against
@@ -13,8 +13,10 @@ import mpmath
 import numpy as np
 import pytest
 
-from jaxdp import _pld_fallback, _pld_tilt, pld, pld_general
-from jaxdp._tight_calibrate import poisson_phases
+from jaxdp import pld, pld_general
+from jaxdp._src.pld import fallback as _pld_fallback
+from jaxdp._src.pld import tilt as _pld_tilt
+from jaxdp._src.solvers.tight import poisson_phases
 
 
 def test_round_g_makes_products_with_integers_exact():

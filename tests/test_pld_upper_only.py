@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 
 import jaxdp
-from jaxdp import _calibrate_boundary
-from jaxdp import _guards
-from jaxdp import _numerics as nx
-from jaxdp import _pld_run
+from jaxdp._src.solvers import boundary as _calibrate_boundary
+from jaxdp._src.kernels import guards as _guards
+from jaxdp._src.core import numerics as nx
+from jaxdp._src.pld import run as _pld_run
 from jaxdp import calibrate
 from jaxdp import pairs
 from jaxdp import pld
+from jaxdp._src.pld import kernel as pld_impl
 
 DELTA = 1e-5
 
@@ -37,12 +38,12 @@ def _domain(n, seed):
 def test_upper_alone_is_the_full_paths_upper_end_bit_for_bit(seed):
   q, s, t, d = _domain(24, seed)
   with nx.x64():
-    lo, up, _ = pld.guarded_bounds("epsilon", q, s, t, d, full_rdp=False)
-    lo1, up1, _ = pld.guarded_bounds("epsilon", q, s, t, d, full_rdp=False, want_lower=False)
+    lo, up, _ = pld_impl.guarded_bounds("epsilon", q, s, t, d, full_rdp=False)
+    lo1, up1, _ = pld_impl.guarded_bounds("epsilon", q, s, t, d, full_rdp=False, want_lower=False)
     # other batch compositions: every other configuration, one at a time
-    _, up2, _ = pld.guarded_bounds("epsilon", q[::2], s[::2], t[::2], d[::2], full_rdp=False,
+    _, up2, _ = pld_impl.guarded_bounds("epsilon", q[::2], s[::2], t[::2], d[::2], full_rdp=False,
                                    want_lower=False)
-    _, up3, _ = pld.guarded_bounds("epsilon", q[-3:], s[-3:], t[-3:], d[-3:], full_rdp=False,
+    _, up3, _ = pld_impl.guarded_bounds("epsilon", q[-3:], s[-3:], t[-3:], d[-3:], full_rdp=False,
                                    want_lower=False)
   np.testing.assert_array_equal(up1, up)
   np.testing.assert_array_equal(up2, up[::2])
@@ -58,8 +59,8 @@ def test_upper_alone_for_delta_queries():
   q, s, t, _ = _domain(16, 2)
   e = np.concatenate([10 ** np.random.default_rng(3).uniform(-2, 1, 15), [0.0]])
   with nx.x64():
-    lo, up, _ = pld.guarded_bounds("delta", q, s, t, e, full_rdp=False)
-    _, up1, _ = pld.guarded_bounds("delta", q, s, t, e, full_rdp=False, want_lower=False)
+    lo, up, _ = pld_impl.guarded_bounds("delta", q, s, t, e, full_rdp=False)
+    _, up1, _ = pld_impl.guarded_bounds("delta", q, s, t, e, full_rdp=False, want_lower=False)
   np.testing.assert_array_equal(up1, up)
   assert np.all(up1 >= lo)
 
@@ -84,7 +85,7 @@ def test_upper_alone_with_other_events_on_the_grid():
 
 def test_finite_fallback_needs_the_lower_end():
   with pytest.raises(ValueError, match="want_lower"):
-    pld.guarded_bounds("epsilon", 0.01, 1.0, 100, DELTA, finite_fallback=True, want_lower=False)
+    pld_impl.guarded_bounds("epsilon", 0.01, 1.0, 100, DELTA, finite_fallback=True, want_lower=False)
 
 
 def test_pld_calibration_rounds_read_upper_ends_and_answers_meet_jaxdp_epsilon(monkeypatch):
@@ -116,8 +117,8 @@ def test_extreme_sigma_with_an_empty_optimistic_pmf():
   tests/test_harness.py: [169.786, 169.85] and [778.455, 778.609])."""
   q, s, t, d = (np.array(v) for v in ([0.001, 0.5], [0.06, 0.05], [1.0, 3.0], [1e-5, 1e-8]))
   with nx.x64():
-    lo, up, _ = pld.guarded_bounds("epsilon", q, s, t, d, full_rdp=False)
-    _, up1, _ = pld.guarded_bounds("epsilon", q, s, t, d, full_rdp=False, want_lower=False)
+    lo, up, _ = pld_impl.guarded_bounds("epsilon", q, s, t, d, full_rdp=False)
+    _, up1, _ = pld_impl.guarded_bounds("epsilon", q, s, t, d, full_rdp=False, want_lower=False)
   assert np.all(np.isfinite(lo) & np.isfinite(up) & (lo <= up))
   # both contain the true ε: the intervals intersect; ours is narrow
   assert np.all((lo <= [169.85, 778.609]) & (up >= [169.786, 778.455]))

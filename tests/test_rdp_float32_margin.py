@@ -22,6 +22,7 @@ import pytest
 
 from jaxdp import rdp
 from reference import ref_sgm_rdp
+from jaxdp._src.kernels import rdp as rdp_impl
 
 U = 2.0 ** -24
 SAFETY = 2.0   # assumed bound / worst measured error must be at least this
@@ -60,7 +61,7 @@ def test_float32_function_accuracy_assumption():
   worst = {}
   for name, rows in cases.items():
     worst[name] = max(_max_rel_err(f32, f64, x) for f32, f64, x in rows)
-    assert worst[name] * SAFETY <= rdp._F32_TAU[name], (name, worst[name])
+    assert worst[name] * SAFETY <= rdp_impl._F32_TAU[name], (name, worst[name])
   # Not vacuous: the functions really round (≥ 0.4 u somewhere).
   assert min(worst.values()) >= 0.4, worst
 
@@ -79,19 +80,19 @@ def _mp_node(q, s, a, z):
 def _node_values(q, s, a, z, with_bound):
   """Float32 node log-values of rdp._log_integrand_f, compiled, with or
   without the proven bound (patched to 0 for the raw value)."""
-  saved = rdp._f32_node_bound
+  saved = rdp_impl._f32_node_bound
   if not with_bound:
-    rdp._f32_node_bound = lambda *args, **kw: 0.0
+    rdp_impl._f32_node_bound = lambda *args, **kw: 0.0
   try:
     def run(lq, l1, s, a, z):
-      o = rdp._order_constants(a[:, None])
+      o = rdp_impl._order_constants(a[:, None])
       log_norm = (jnp.log(s) + 0.5 * math.log(2 * math.pi))[:, None]
-      return rdp._log_integrand_f(z, o, (s * s)[:, None], lq[:, None], l1[:, None], log_norm)
+      return rdp_impl._log_integrand_f(z, o, (s * s)[:, None], lq[:, None], l1[:, None], log_norm)
     lq = np.log(q.astype(np.float64)).astype(np.float32)
     l1 = np.log1p(-q.astype(np.float64)).astype(np.float32)
     return np.asarray(jax.jit(run)(lq, l1, s, a, z), np.float64)
   finally:
-    rdp._f32_node_bound = saved
+    rdp_impl._f32_node_bound = saved
 
 
 # The whole legal domain: q ∈ (0, 1), σ small to large, fractional α from

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import sampler_reference as R
-from jaxdp import _rdp_wor
+from jaxdp._src.kernels import rdp_wor as _rdp_wor
 from jaxdp import rdp
 from jaxdp import rdp_samplers as rs
 
@@ -200,7 +200,7 @@ def test_balls_in_bins_single_step_and_large_k():
   # k = 1: the unamplified Gaussian, exactly.
   np.testing.assert_allclose(rs.balls_in_bins_gaussian_epoch(7, 7, 1.3, ORDERS), ORDERS / (2 * 1.3**2), rtol=1e-9)
   # Large k: both directions are amplified far below the Gaussian (the add
-  # direction through the certified integral bound of jaxdp._bins_add; its
+  # direction through the certified integral bound of jaxdp._src.kernels.bins_add; its
   # value is about α(e^{1/σ²} - 1)/(2k)).
   rem = np.asarray(rs.balls_in_bins_gaussian_epoch(10**9, 1000, 2.0, ORDERS, direction="remove"))
   add = np.asarray(rs.balls_in_bins_gaussian_epoch(10**9, 1000, 2.0, ORDERS, direction="add"))

@@ -15,9 +15,10 @@ import pytest
 from scipy import integrate, stats
 
 import jaxdp
-from jaxdp import _api, calibrate, pld, pld_general, sampling
-from jaxdp import _bins_coupling
-from jaxdp._tight_calibrate import poisson_phases
+from jaxdp import calibrate, pld, pld_general, sampling
+from jaxdp._src.interfaces import api as _api
+from jaxdp._src.kernels import bins_coupling as _bins_coupling
+from jaxdp._src.solvers.tight import poisson_phases
 
 N, B = 1437, 64          # scikit-learn's digits, the run
 Q = B / N

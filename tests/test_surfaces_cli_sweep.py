@@ -82,7 +82,8 @@ def test_cli_epochs_use_the_rule(capsys, form):
 ])
 def test_cli_epochs_of_a_sampler(capsys, monkeypatch, name, extra, k):
   seen = []
-  monkeypatch.setattr(jaxdp, "epsilon", lambda q, sigma, steps, delta, **kw:
+  from jaxdp._src.interfaces import api   # the module the CLI reads it from
+  monkeypatch.setattr(api, "epsilon", lambda q, sigma, steps, delta, **kw:
                       seen.append((q, steps)) or np.float64(1.0))
   code, _, err = run(capsys, "epsilon", "--sampler", name, "--batch-size", "64",
                      "--dataset-size", "1437", *extra, "--epochs", "30", "--sigma", "1.1",

@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 from jaxdp import sweep
+from jaxdp._src.solvers import sweep as sweep_impl
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIMIT_S = 120.0  # per launch of the two processes
@@ -54,7 +55,8 @@ if mode == "die" and pid == 1:
   os._exit(3)  # dies after joining, before the sweep
 
 import jaxdp
-from jaxdp import _api, calibrate, sweep
+from jaxdp import calibrate, sweep
+from jaxdp._src.interfaces import api as _api
 
 # Count the configurations this process computes itself.
 share = {"epsilon": 0, "sigma": 0}
@@ -167,13 +169,13 @@ def _needs_cpu():
 def test_blocks_partition_whole_chunks(n, size, count):
   """The split every process derives on its own: contiguous, whole chunks,
   covering the grid once, shares within one chunk of each other."""
-  blocks = [sweep._block(n, size, p, count) for p in range(count)]
+  blocks = [sweep_impl._block(n, size, p, count) for p in range(count)]
   assert blocks[0][0] == 0 and blocks[-1][1] == n
   assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
   assert all(lo % size == 0 and (hi % size == 0 or hi == n) for lo, hi in blocks)
   chunks = [-(-(hi - lo) // size) for lo, hi in blocks]
   assert max(chunks) - min(chunks) <= 1 and sum(chunks) == -(-n // size)
-  assert sweep._block(n, size, 0, 1) == (0, n)
+  assert sweep_impl._block(n, size, 0, 1) == (0, n)
 
 
 def test_single_process_unchanged_and_validated():

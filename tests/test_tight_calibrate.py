@@ -1,4 +1,4 @@
-"""The tight calibration of one question (jaxdp._tight_calibrate, `jaxdp calibrate`).
+"""The tight calibration of one question (jaxdp._src.solvers.tight, `jaxdp calibrate`).
 
 Independent references: the Gaussian mechanism's exact privacy profile in
 mpmath (q = 1 composes exactly: T steps at σ are one step at σ/√T), the
@@ -15,8 +15,11 @@ import numpy as np
 import pytest
 from jax import monitoring
 
-from jaxdp import _api, _tight_calibrate, calibrate, pld_general
+from jaxdp import calibrate, pld_general
+from jaxdp._src.interfaces import api as _api
+from jaxdp._src.solvers import tight as _tight_calibrate
 from reference import ref_sampled_gaussian_delta
+from jaxdp._src.pld import general as pld_general_impl
 
 
 def _gaussian_delta(epsilon, mu):
@@ -143,8 +146,8 @@ def test_one_side_equals_the_interval_and_threads_change_nothing(monkeypatch):
   and composing the directions/sides in threads gives the same bits."""
   phases = _tight_calibrate.poisson_phases(0.02, 0.9, 700)
   lo, up = pld_general.epsilon(phases, 1e-6, return_bounds=True)
-  assert pld_general.epsilon_side(phases, 1e-6, upper=True) == up
-  assert pld_general.epsilon_side(phases, 1e-6, upper=False) == lo
+  assert pld_general_impl.epsilon_side(phases, 1e-6, upper=True) == up
+  assert pld_general_impl.epsilon_side(phases, 1e-6, upper=False) == lo
   monkeypatch.setattr(os, "cpu_count", lambda: 1)
   assert pld_general.epsilon(phases, 1e-6, return_bounds=True) == (lo, up)
 

@@ -1,0 +1,4 @@
+"""jaxdp's implementation, in layers (see docs/architecture.md).
+
+Nothing here is public: import from the public modules (``jaxdp.rdp``, ...).
+"""

@@ -1,0 +1,1 @@
+"""Accountants (RDP, CDP, PLD) and trade-off curves."""

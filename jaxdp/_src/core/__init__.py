@@ -1,0 +1,1 @@
+"""Bottom layer: numerics, x64 scoping, validation, caches, root finders."""

@@ -1,0 +1,1 @@
+"""Top-level epsilon/delta, optax transform, command line."""

@@ -1,0 +1,1 @@
+"""RDP, profiles, CDP, composition and guard kernels, samplers' RDP."""

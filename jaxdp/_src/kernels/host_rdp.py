@@ -1,0 +1,224 @@
+"""One RDP question answered on the host, with no compilation.
+
+A person who asks one question (the ``jaxdp`` command, or ``jaxdp.epsilon``
+on a handful of configurations in a fresh process) would otherwise wait for
+XLA to trace, lower and compile the batched programs (~5 s on a 2-core CPU;
+~1 s even with the persistent cache warm), for a computation that takes
+milliseconds. This module runs the *same* formulas in NumPy:
+
+* the RDP of the Poisson-sampled Gaussian (Mironov, Talwar & Zhang 2019, §3)
+  at every order of :data:`jaxdp.rdp.DEFAULT_ORDERS` (exact binomial sums for
+  integer orders ≤ 4096, §3.3 Case I; the windowed quadrature of
+  :func:`jaxdp.rdp.quadrature_rdp` for the others), rounded up by the same
+  safety factors;
+* the conversion to (ε, δ) (Balle et al. 2020, Prop. 12, or Mironov 2017,
+  Prop. 3) and its minimum over the grid;
+* the golden-section refinement over all real orders in the grid bracket
+  (:mod:`jaxdp._src.kernels.continuous_order`).
+
+The kernels are written once against an array namespace ``xp`` (``jnp`` or
+``numpy``); only the executor differs, so the host answer equals the batched
+one to rounding (both are rounded up by at least 256 ulps; tested).
+"""
+
+# pylint: disable=protected-access  (the kernels' xp-generic internals)
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from jaxdp._src.kernels import continuous_order as _continuous_order
+from jaxdp._src.kernels import order_search as _order_search
+from jaxdp._src.kernels import rdp
+
+__all__ = ["minimum_over_all_orders", "per_step_rdp", "small_order_ceiling",
+           "MAX_CONFIGURATIONS"]
+
+# At most this many configurations take the host path: beyond, one compiled
+# batched program is faster than NumPy even counting its compilation.
+MAX_CONFIGURATIONS = 4
+
+
+def grid_rdp(q, sigma, orders, nodes):
+  """Per-step RDP at every order of ``orders`` for flat (n,) ``q``, ``sigma``.
+
+  Each value is computed as the compiled default path computes it
+  (:func:`jaxdp._src.kernels.order_search._evaluate`): the quadrature for fractional
+  orders, and for integer orders above 64 where σ ≥ 0.3 (accurate to 1e-12
+  there, within every value's safety factor, and independent of α); the
+  exact binomial sum for the other integer orders ≤ 4096.
+
+  Args:
+    q, sigma: float64 arrays of shape (n,).
+    orders: 1-D NumPy array of orders > 1.
+    nodes: quadrature nodes per window (:func:`jaxdp.rdp._nodes_for`).
+
+  Returns:
+    (n, len(orders)) float64 array of rounded-up RDP values.
+  """
+  exact = rdp._exact_orders(orders)
+  big = exact & (orders > _order_search._BASE_MAX)
+  wide = sigma >= 0.3
+  out = np.empty((q.size, orders.size))
+  for rows, quad in ((wide, ~exact | big), (~wide, ~exact)):
+    for cols, by_quadrature in ((quad, True), (~quad, False)):
+      if np.any(rows) and np.any(cols):
+        out[np.ix_(rows, cols)] = _rdp_at(q[rows], sigma[rows], orders[cols], nodes,
+                                          by_quadrature)
+  return out
+
+
+def node_groups(sigma):
+  """``[(mask, nodes)]``: the configurations of flat ``sigma`` grouped by the
+  quadrature nodes a batch of each one alone would use (:func:`jaxdp.rdp._nodes_for`)."""
+  nodes = np.array([rdp._nodes_for(sigma[i:i + 1]) for i in range(sigma.size)])
+  return [(nodes == k, int(k)) for k in np.unique(nodes)]
+
+
+def per_step_rdp(q, sigma, orders):
+  """Per-step RDP of a few configurations at ``orders`` (flat (n,) ``q``,
+  ``sigma``), each with its own quadrature nodes (:func:`node_groups`)."""
+  out = np.empty((q.size, np.size(orders)))
+  for sel, nodes in node_groups(sigma):
+    out[sel] = grid_rdp(q[sel], sigma[sel], np.asarray(orders, np.float64), nodes)
+  return out
+
+
+def _rdp_at(q, sigma, orders, nodes, by_quadrature):
+  """(n, m) per-step RDP by quadrature, or by the exact binomial sum."""
+  if by_quadrature:
+    return rdp.quadrature_rdp(q[:, None], sigma[:, None], orders[None, :], nodes, np)
+  qq, ss, log_q, log_1mq, _ = rdp._prep(q, sigma, np)
+  log_am1 = rdp._log_a_minus_1_binomial(log_q, log_1mq, ss, orders, np)
+  return rdp._finish(log_am1, qq[:, None], ss[:, None], orders[None, :], True, nodes, np)
+
+
+def minimum_over_all_orders(kind, method, q, sigma, steps, x, nodes, with_order=False):
+  """The value of the default-orders RDP path for a few configurations.
+
+  What :func:`jaxdp._src.interfaces.api._run_chunked` computes with ``orders=None`` (grid
+  minimum over ``DEFAULT_ORDERS``, then the golden-section refinement), in
+  NumPy.
+
+  Args:
+    kind: "epsilon" or "delta".
+    method: conversion ("improved" or "classic"), kind "epsilon" only.
+    q, sigma, steps, x: flat float64 arrays of one shape (x: δ or ε).
+    nodes: quadrature nodes per window.
+    with_order: also return the order at which the value was attained.
+
+  Returns:
+    The value per configuration (and the order), float64 NumPy.
+  """
+  orders = rdp.DEFAULT_ORDERS
+  with np.errstate(all="ignore"):
+    total = steps[:, None] * grid_rdp(q, sigma, orders, nodes)
+    if kind == "epsilon":
+      grid_value = rdp._to_epsilon(total, orders, x, method, np)[0]
+      per_order = rdp._epsilon_per_order(total, orders, x, method, np)[0]
+    else:
+      grid_value = rdp._to_delta(total, orders, x, np)
+      per_order = rdp._log_delta_per_order(total, orders, x, np)[0]
+    best = np.argmin(per_order, axis=1)
+    return _continuous_order.refine(kind, method, nodes, grid_value, orders, best, q, sigma,
+                                    steps, x, with_order=with_order, xp=np)
+
+
+# Orders of :func:`small_order_ceiling`: the integer default orders whose
+# exact binomial sums (Mironov, Talwar & Zhang 2019, §3.3 Case I) cost at
+# most 64 terms each.
+_SMALL_ORDERS = rdp.DEFAULT_ORDERS[rdp._exact_orders(rdp.DEFAULT_ORDERS)
+                                   & (rdp.DEFAULT_ORDERS <= _order_search._BASE_MAX)]
+
+
+def small_order_ceiling(kind, q, sigma, steps, x):
+  """A cheap RDP upper bound: the default-path value restricted to
+  :data:`_SMALL_ORDERS` (exact sums only; no quadrature, no order search).
+
+  It is an upper bound on ε (kind "epsilon", x = δ; improved conversion,
+  Balle et al. 2020, Prop. 12) or δ (kind "delta", x = ε) like the full
+  default-orders value, and never below it (fewer orders, same per-order
+  values); ~0.1 ms per configuration in NumPy, where the full value costs
+  ~3 ms on the host (quadrature at fractional orders, golden-section search).
+
+  Args:
+    kind: "epsilon" or "delta".
+    q, sigma, steps, x: flat float64 arrays of one shape.
+  Returns:
+    float64 NumPy array of the values.
+  """
+  with np.errstate(all="ignore"):
+    total = steps[:, None] * _rdp_at(q, sigma, _SMALL_ORDERS, rdp._NODES_PER_WINDOW, False)
+    if kind == "epsilon":
+      return rdp._to_epsilon(total, _SMALL_ORDERS, x, "improved", np)[0]
+    return rdp._to_delta(total, _SMALL_ORDERS, x, np)
+
+
+def epsilon_floor(q, sigma, steps, delta):
+  """A lower bound on the default-path RDP ε (improved conversion, every real
+  order α > 1), from the exact integer-order sums of :func:`small_order_ceiling`.
+
+  ε(α) = (T·g(α) - log δ)/(α - 1) + c(α) with g(α) = (α - 1)·rdp(α), convex
+  in α with g(1) = 0 (a cumulant generating function), and c(α) = log(1 -
+  1/α) - log(α)/(α - 1), non-decreasing (its derivative is 1/(α(α-1)) +
+  (log α - 1 + 1/α)/(α-1)² >= 0). A convex g lies above every secant line
+  extended beyond its chord, so on a piece [a, b] between the integer orders
+  2..64 (four pieces per unit) g >= each neighbouring secant ℓ, and (T·ℓ(α)
+  - log δ)/(α - 1) is monotone in α (a ratio of linear functions), so ε >=
+  min(value at a, value at b) + c(a) for each line, the larger taken. On (1,
+  2] the line through g(1) = 0 and g(2) bounds g from below for α >= 2 only,
+  so there the secant through orders 2 and 3 extended left is used, with rdp
+  >= 0 as well; near 1 (α - 1 <= 1/64), c(α) >= log(α - 1) - log 2 - 1 and
+  the |log δ|/(α - 1) term dominates. Beyond 64: T·rdp(64) + c(64) (rdp is
+  non-decreasing). The default path's per-order rounding terms are >= 0.
+  Valid where the KL clause does not set ε = 0 at some order: the caller uses
+  it only where a certified lower ε > 0 exists. The binomial sums carry an
+  upward rounding allowance (~1e-12 relative): scaled by 1 - 1e-9.
+
+  Args:
+    q, sigma, steps, delta: flat float64 arrays of one shape.
+  Returns:
+    float64 NumPy array (-inf where no bound is available, δ >= 0.9).
+  """
+  k = _SMALL_ORDERS                                                   # 2, 3, ..., 64
+  with np.errstate(all="ignore"):
+    rdp_k = steps[:, None] * _rdp_at(q, sigma, k, rdp._NODES_PER_WINDOW, False)
+    rdp_k = np.where(np.isnan(rdp_k), 0.0, rdp_k) * (1.0 - 1e-9)
+    g = (k - 1.0) * rdp_k                                             # T·g at the orders
+    nld = -np.log(delta)[:, None]
+    slope = np.diff(g, axis=1)                                         # (n, 62)
+
+    def c(a):
+      return np.log1p(-1.0 / a) - np.log(a) / (a - 1.0)
+
+    def piece_bound(a, b, g0, s0, x0):
+      """min over [a, b] of (g0 + s0·(α - x0) + |log δ|)/(α - 1), + c(a)."""
+      va = (g0 + s0 * (a - x0) + nld) / (a - 1.0)
+      vb = (g0 + s0 * (b - x0) + nld) / (b - 1.0)
+      return np.minimum(va, vb) + c(a)
+
+    best = np.full(q.shape, np.inf)
+    frac = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
+    for i in range(len(k) - 1):      # [k_i, k_i+1], lines through (i-1, i) and (i+1, i+2)
+      for j in range(4):
+        a, b = k[i] + frac[j], k[i] + frac[j + 1]
+        lines = []
+        if i >= 1:
+          lines.append(piece_bound(a, b, g[:, i:i + 1], slope[:, i - 1:i], k[i]))
+        if i + 2 < len(k):
+          lines.append(piece_bound(a, b, g[:, i + 1:i + 2], slope[:, i + 1:i + 2], k[i + 1]))
+        # rdp(α) >= rdp(k_i) for α >= k_i (monotone): g >= (α - 1)·rdp(k_i)
+        lines.append(rdp_k[:, i:i + 1] + nld / (b - 1.0) + c(a))
+        best = np.minimum(best, np.max(np.concatenate(lines, axis=1), axis=1))
+    best = np.minimum(best, rdp_k[:, -1] + c(k[-1]))                  # beyond 64
+    # (1, 2]: secant through orders 2, 3 extended left, and rdp >= 0.
+    pts = 1.0 + 2.0 ** -np.arange(6.0, -1.0, -1.0)                    # 1 + 1/64 ... 2
+    for a, b in zip(pts[:-1], pts[1:]):
+      sec = piece_bound(a, b, g[:, :1], slope[:, :1], 2.0)[:, 0]
+      zero = (nld[:, 0] / (b - 1.0)) + c(a)
+      best = np.minimum(best, np.maximum(sec, zero))
+    x0 = pts[0] - 1.0
+    best = np.minimum(best, math.log(x0) - math.log(2.0) - 1.0 + nld[:, 0] / x0)
+    best = best - 1e-9 * np.abs(best) - 1e-12
+  return np.where((delta < 0.9) & ~np.isnan(best), best, -np.inf)

@@ -1,0 +1,1 @@
+"""Dominating pairs, their discretisation, the mechanism registry."""

@@ -1,0 +1,513 @@
+"""Discrete mechanisms: RDP curves and dominating pairs on a finite support.
+
+Helpers of :mod:`jaxdp.mechanisms` (which dispatches on the event type) for the
+events whose outputs live on a countable set: :class:`~jaxdp.events.RandomizedResponse`,
+:class:`~jaxdp.events.DiscreteLaplace`, :class:`~jaxdp.events.DiscreteGaussian`,
+:class:`~jaxdp.events.EpsilonDelta` / :class:`~jaxdp.events.PureDP` and
+:class:`~jaxdp.events.PMFPair`.
+
+Conventions. A pair (P, Q) is one direction of a neighbouring relation with P
+the output on the larger dataset; its hockey-stick divergence is
+δ(ε) = Σₓ (P(x) − e^ε Q(x))₊, and its Rényi divergence of order α > 1 is
+D_α(P‖Q) = log Σₓ P(x)^α Q(x)^{1−α} / (α − 1) = log Σₓ P(x) e^{(α−1)ℓ(x)} / (α − 1)
+with the privacy loss ℓ = log(P/Q). Every number returned is an upper bound
+on the exact one: probabilities of P are rounded up and those of Q down (so
+losses round up), mass that is not represented goes to ``p_inf`` (loss +∞),
+and RDP values carry an explicit allowance for the rounding of their inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import logsumexp
+
+from jaxdp._src.core import numerics as nx
+
+__all__ = [
+    "pure_dp_rdp",
+    "randomized_response_rdp",
+    "discrete_laplace_rdp",
+    "discrete_gaussian_rdp",
+    "pmf_pair_rdp",
+    "epsilon_delta_rdp",
+    "discrete_pair",
+    "randomized_response_pairs",
+    "epsilon_delta_pairs",
+    "discrete_laplace_pairs",
+    "discrete_gaussian_pairs",
+    "pmf_pair_pairs",
+]
+
+# Above this many atoms a pair is coarsened (pessimistically, see _grouped).
+MAX_ATOMS = 1 << 20
+# P-mass of a truncated infinite support that is moved to p_inf (loss +∞).
+TAIL_MASS = 1e-30
+_TINY = np.finfo(np.float64).tiny
+
+
+def _float_dtype(*xs):
+  return jnp.result_type(float, *[jnp.asarray(x).dtype for x in xs])
+
+
+def _finish(rdp, dtype):
+  """Final upward nudge (a few ulps) of an RDP value."""
+  return rdp * (1.0 + 8.0 * jnp.finfo(dtype).eps)
+
+
+# --------------------------------------------------------------------------
+# RDP curves (pure, jittable, broadcasting)
+# --------------------------------------------------------------------------
+
+
+def pure_dp_rdp(epsilon, alpha):
+  """RDP bound of any ε-DP mechanism at order α.
+
+  Every ε-DP pair is a post-processing of binary randomized response with
+  loss ±ε (Kairouz, Oh & Viswanath 2015, Thm 2.1), so D_α ≤ D_α(RR_ε) =
+  [lc((α − ½)ε) − lc(ε/2)]/(α − 1) with lc = log cosh; also capped by ε and
+  by αε²/2 (Bun & Steinke 2016, Prop 1.4). ε = ∞ gives ∞.
+
+  Args:
+    epsilon: ε >= 0 (may be ∞).
+    alpha: orders > 1.
+
+  Returns:
+    The bound, broadcast.
+  """
+  dtype = _float_dtype(epsilon, alpha)
+  epsilon = jnp.asarray(epsilon, dtype)
+  alpha = jnp.asarray(alpha, dtype)
+  finite = jnp.isfinite(epsilon)
+  eps = jnp.where(finite, epsilon, 1.0)
+
+  def log_cosh(x):
+    x = jnp.abs(x)
+    small = x < 1.0
+    xs = jnp.where(small, x, 0.0)
+    xl = jnp.where(small, 1.0, x)
+    return jnp.where(small, nx.log1p(2.0 * jnp.square(jnp.sinh(0.5 * xs))),
+                     xl + nx.log1p(jnp.exp(-2.0 * xl)) - jnp.log(2.0))
+
+  am1 = alpha - 1.0
+  lc_a, lc_b = log_cosh((alpha - 0.5) * eps), log_cosh(0.5 * eps)
+  rr = (lc_a - lc_b) / am1
+  # Each log cosh is accurate to a few ulps of itself (log1p form below 1,
+  # x + log1p(e^{-2x}) - log 2 above, where it is >= 0.43x); the difference
+  # may cancel, so allow 16 ulps of the two magnitudes, over α − 1.
+  rr = rr + 16.0 * jnp.finfo(dtype).eps * (lc_a + lc_b) / am1
+  out = jnp.minimum(jnp.minimum(rr, eps), 0.5 * alpha * eps * eps)
+  return jnp.where(finite, _finish(out, dtype), jnp.inf)
+
+
+def _rdp_from_log_terms(log_terms, magnitude, alpha, dtype):
+  """(log Σ exp(log_terms) + allowance)/(α − 1): the Rényi divergence from its moment.
+
+  ``log_terms`` stacks on axis 0 the logs of the positive terms of
+  Σₓ P(x)^α Q(x)^{1−α}; ``magnitude`` bounds the absolute size of the numbers
+  each log term was computed from, so 32·eps·(1 + magnitude) bounds the
+  absolute rounding error of the log moment.
+  """
+  log_s = logsumexp(log_terms, axis=0)
+  allowance = 32.0 * jnp.finfo(dtype).eps * (1.0 + magnitude)
+  return jnp.maximum((log_s + allowance) / (alpha - 1.0), 0.0)
+
+
+def randomized_response_rdp(noise_parameter, num_buckets, alpha):
+  """Exact RDP of k-ary randomized response (replace-one), an upper bound in floating point.
+
+  With A = 1 − p + p/k, B = p/k, C = (k − 2)p/k and r = log(A/B) (the pure
+  ε), both directions give
+  D_α = log(A e^{(α−1)r} + B e^{−(α−1)r} + C)/(α − 1) (the three outcomes:
+  the true input, the neighbour's input, any other bucket; dp_accounting's
+  ``_randomized_response_rdp_replace_one``). Capped by :func:`pure_dp_rdp` at
+  r, which is accurate where the exact form cancels (r → 0). k = 1 or p = 1
+  gives 0; p = 0 gives ∞.
+
+  Args:
+    noise_parameter: p in [0, 1].
+    num_buckets: k >= 1 (whole number).
+    alpha: orders > 1.
+
+  Returns:
+    RDP values, broadcast.
+  """
+  dtype = _float_dtype(noise_parameter, alpha)
+  p = jnp.asarray(noise_parameter, dtype)
+  k = jnp.asarray(num_buckets, dtype)
+  alpha = jnp.asarray(alpha, dtype)
+  trivial = (k <= 1.0) | (p >= 1.0)
+  blatant = p <= 0.0
+  ps = jnp.where(trivial | blatant, 0.5, p)
+  ks = jnp.where(trivial, 2.0, k)
+  # A = 1 - p(k-1)/k: log1p while p(k-1)/k is small; near 1 (p → 1, k large)
+  # the subtraction would cancel (float32: -37% at p = 1 - 1.2e-7, k = 47006),
+  # so A = (1 - p) + p/k there (1 - p exact for p ≥ 1/2, both parts positive).
+  moved = ps * (ks - 1.0) / ks
+  log_a = jnp.where(moved < 0.5, nx.log1p(-jnp.minimum(moved, 0.5)),
+                    jnp.log((1.0 - ps) + ps / ks))
+  log_b = jnp.log(ps) - jnp.log(ks)
+  has_c = ks > 2.0
+  log_c = jnp.where(has_c, jnp.log(ps) + jnp.log(jnp.where(has_c, ks - 2.0, 1.0)) - jnp.log(ks),
+                    -jnp.inf)
+  r = nx.log1p(ks * (1.0 - ps) / ps)
+  x = (alpha - 1.0) * r
+  terms = jnp.stack(jnp.broadcast_arrays(log_a + x, log_b - x, log_c + 0.0 * x))
+  magnitude = alpha * (jnp.abs(log_a) + jnp.abs(log_b) + jnp.where(has_c, jnp.abs(log_c), 0.0)
+                       + 2.0 * r)
+  exact = _rdp_from_log_terms(terms, magnitude, alpha, dtype)
+  # x <= 1: S − 1 = A·expm1(x) + B·expm1(−x) directly (C's loss is 0), which
+  # keeps its relative accuracy as r → 0; the allowance covers the rounding of
+  # A and B (relative ulps of each term) and of x (|dS/dx| <= M + (A − B)).
+  xs = jnp.minimum(x, 1.0)
+  ta, tb = jnp.exp(log_a) * jnp.expm1(xs), jnp.exp(log_b) * jnp.expm1(-xs)
+  m = jnp.abs(ta) + jnp.abs(tb)
+  allowance = 32.0 * jnp.finfo(dtype).eps * (1.0 + alpha) * (m + (1.0 - ps))
+  near = jnp.maximum(nx.log1p(ta + tb + allowance) / (alpha - 1.0), 0.0)
+  exact = jnp.where(x <= 1.0, jnp.minimum(exact, near), exact)
+  out = jnp.minimum(exact, pure_dp_rdp(r * (1.0 + 4.0 * jnp.finfo(dtype).eps), alpha))
+  return jnp.where(trivial, 0.0, jnp.where(blatant, jnp.inf, out))
+
+
+def discrete_laplace_rdp(parameter, sensitivity, alpha):
+  """Exact RDP of the discrete Laplace mechanism, an upper bound in floating point.
+
+  P = DLap centred at Δ, Q = DLap at 0, P(z) ∝ e^{−a|z−Δ|}, normaliser
+  tanh(a/2). Summing Σ_z P^α Q^{1−α} over z ≤ 0, 0 < z < Δ and z ≥ Δ
+  (three geometric series) gives
+  e^{−αaΔ}/(1 + e^{−a}) + e^{(α−1)aΔ}/(1 + e^{−a})
+  + tanh(a/2) e^{−αaΔ} Σ_{z=1}^{Δ−1} e^{z a(2α−1)}; the reverse direction is
+  its mirror image (equal). Capped by :func:`pure_dp_rdp` at aΔ.
+
+  Args:
+    parameter: a > 0.
+    sensitivity: Δ >= 1 (whole number).
+    alpha: orders > 1.
+
+  Returns:
+    RDP values, broadcast.
+  """
+  dtype = _float_dtype(parameter, sensitivity, alpha)
+  a = jnp.asarray(parameter, dtype)
+  d = jnp.asarray(sensitivity, dtype)
+  alpha = jnp.asarray(alpha, dtype)
+  log_norm = nx.softplus(-a)  # log(1 + e^{-a})
+  log_c = nx.log1mexp(a) - log_norm  # log tanh(a/2)
+  ad = a * d
+  t1 = -alpha * ad - log_norm
+  t2 = (alpha - 1.0) * ad - log_norm
+  beta = a * (2.0 * alpha - 1.0)
+  n = d - 1.0
+  has_mid = n >= 1.0
+  ns = jnp.where(has_mid, n, 1.0)
+  t3 = log_c - alpha * ad + beta + nx.log_expm1(ns * beta) - nx.log_expm1(beta)
+  t3 = jnp.where(has_mid, t3, -jnp.inf)
+  terms = jnp.stack(jnp.broadcast_arrays(t1, t2, t3))
+  magnitude = 4.0 * alpha * ad + 2.0 * log_norm + jnp.abs(log_c) + 4.0 * ns * beta + 4.0 * beta
+  exact = _rdp_from_log_terms(terms, magnitude, alpha, dtype)
+  return jnp.minimum(exact, pure_dp_rdp(ad * (1.0 + 4.0 * jnp.finfo(dtype).eps), alpha))
+
+
+def discrete_gaussian_rdp(sigma, sensitivity, alpha):
+  """RDP bound of the discrete Gaussian mechanism: αΔ²/(2σ²).
+
+  D_α(N_ℤ(Δ, σ²)‖N_ℤ(0, σ²)) ≤ αΔ²/(2σ²) for integer Δ, the continuous
+  Gaussian's value (Canonne, Kamath & Steinke 2020, Prop. 5; the mechanism is
+  Δ²/(2σ²)-zCDP, their Thm 4).
+
+  Args:
+    sigma: scale σ > 0.
+    sensitivity: Δ >= 1.
+    alpha: orders > 1.
+
+  Returns:
+    RDP values, broadcast.
+  """
+  dtype = _float_dtype(sigma, sensitivity, alpha)
+  s = jnp.asarray(sigma, dtype) / jnp.asarray(sensitivity, dtype)
+  return _finish(jnp.asarray(alpha, dtype) / (2.0 * s * s), dtype)
+
+
+def epsilon_delta_rdp(epsilon, delta, alpha):
+  """RDP of an (ε, δ)-DP event: the pure-DP bound when δ = 0, else ∞.
+
+  An (ε, δ)-DP mechanism with δ > 0 has no finite Rényi divergence bound in
+  general (its worst case puts mass δ where the other output has none).
+
+  Args:
+    epsilon: ε >= 0.
+    delta: δ in [0, 1]; traced values give ∞ where δ > 0.
+    alpha: orders > 1.
+
+  Returns:
+    :func:`pure_dp_rdp` of ε where δ = 0, ∞ elsewhere (broadcast).
+
+  Raises:
+    ValueError: when ``delta`` is concrete and positive (use
+      ``jaxdp.accountant.pld()`` for such events).
+  """
+  if nx.is_concrete(delta) and np.any(np.asarray(delta) > 0.0):
+    bad = np.asarray(delta, np.float64)
+    found = bad[()] if bad.ndim == 0 else bad[bad > 0.0][0]
+    raise ValueError(
+        f"EpsilonDelta.delta must be 0 for an RDP curve (an (epsilon, delta)-DP event with "
+        f"delta > 0 has no finite Renyi divergence); found {found}. Compose it with "
+        f"jaxdp.accountant.pld() instead.")
+  dtype = _float_dtype(epsilon, alpha)
+  pure = pure_dp_rdp(jnp.asarray(epsilon, dtype), jnp.asarray(alpha, dtype))
+  return jnp.where(jnp.asarray(delta, dtype) == 0.0, pure, jnp.inf)
+
+
+def _normalised(v) -> np.ndarray:
+  v = np.asarray(v, np.float64)
+  return v / math.fsum(v.tolist())
+
+
+def _renyi_np(log_p, log_q, alpha):
+  """Exact D_α(P‖Q) of finite PMFs in float64 with a rounding allowance (NumPy)."""
+  pos = np.isfinite(log_p)
+  if np.any(pos & ~np.isfinite(log_q)):
+    return np.full(alpha.shape, np.inf)
+  lp, lq = log_p[pos], log_q[pos]
+  a = alpha[:, None]
+  t = a * lp + (1.0 - a) * lq
+  m = np.max(t, axis=1, keepdims=True)
+  log_s = m[:, 0] + np.log(np.sum(np.exp(t - m), axis=1))
+  magnitude = np.max(np.abs(a * lp) + np.abs((a - 1.0) * lq), axis=1) + np.log(lp.size)
+  allowance = 32.0 * np.finfo(np.float64).eps * (1.0 + magnitude)
+  return np.maximum((log_s + allowance) / (alpha - 1.0), 0.0)
+
+
+def pmf_pair_rdp(p, q, alpha):
+  """Exact RDP of a pair of PMFs: max(D_α(p‖q), D_α(q‖p)) (host-side, NumPy).
+
+  Both PMFs are normalised to sum 1 first. ∞ where one puts mass where the
+  other has none. Capped by :func:`pure_dp_rdp` at the largest |log(p/q)|.
+
+  Args:
+    p, q: PMFs on a common finite support (concrete 1-D sequences).
+    alpha: concrete orders > 1 (1-D).
+
+  Returns:
+    float64 NumPy array of shape ``alpha.shape``.
+  """
+  alpha = np.asarray(alpha, np.float64)
+  with np.errstate(divide="ignore"):
+    lp = np.log(_normalised(p))
+    lq = np.log(_normalised(q))
+  exact = np.maximum(_renyi_np(lp, lq, alpha), _renyi_np(lq, lp, alpha))
+  both = np.isfinite(lp) & np.isfinite(lq)
+  if np.array_equal(np.isfinite(lp), np.isfinite(lq)) and both.any():
+    eps0 = float(np.max(np.abs(lp[both] - lq[both]))) * (1.0 + 1e-15)
+    with nx.x64():
+      cap = np.asarray(pure_dp_rdp(np.float64(eps0), alpha), np.float64)
+    exact = np.minimum(exact, cap)
+  return exact
+
+
+# --------------------------------------------------------------------------
+# Dominating pairs (host-side NumPy, concrete parameters)
+# --------------------------------------------------------------------------
+
+
+def discrete_pair(p, q, p_inf=0.0):
+  """A :class:`jaxdp.pairs.DiscretePair` rounded toward more privacy loss.
+
+  Atoms where Q has no mass move their P-mass to ``p_inf`` (loss +∞); atoms
+  without P-mass are dropped (loss −∞: they never count in δ(ε); one
+  placeholder atom P = 0, Q = 1 stays when nothing else does); P is
+  rounded up and Q down by one ulp where they differ (equal atoms, loss 0,
+  stay exact).
+
+  Args:
+    p, q: nonnegative float64 arrays of the same length.
+    p_inf: P-mass at loss +∞ already known.
+
+  Returns:
+    ``DiscretePair(p, q, p_inf)``.
+  """
+  from jaxdp._src.mechanisms.pairs import DiscretePair  # pylint: disable=g-import-not-at-top
+  p = np.asarray(p, np.float64).ravel()
+  q = np.asarray(q, np.float64).ravel()
+  lost = (p > 0.0) & ~(q > 0.0)
+  p_inf = float(p_inf) + math.fsum(p[lost].tolist())
+  keep = (p > 0.0) & (q > 0.0)
+  p, q = p[keep], q[keep]
+  if not p.size:  # nothing at a finite loss (e.g. a blatantly non-private step)
+    p, q = np.zeros(1), np.ones(1)
+  differ = p != q
+  p = np.where(differ, np.nextafter(p, np.inf), p)
+  q = np.where(differ, np.nextafter(q, 0.0), q)
+  if p_inf > 0.0:
+    p_inf = min(float(np.nextafter(p_inf, np.inf)), 1.0)
+  return DiscretePair(p=p, q=q, p_inf=p_inf)
+
+
+def _mechanism(remove, add):
+  from jaxdp._src.mechanisms.pairs import Mechanism  # pylint: disable=g-import-not-at-top
+  return Mechanism(remove=remove, add=add)
+
+
+def randomized_response_pairs(noise_parameter: float, num_buckets: int):
+  """Both directions of k-ary randomized response (replace-one; symmetric).
+
+  Outcomes (the true input x, the neighbour's input x', any other bucket):
+  P = (1 − p + p/k, p/k, (k − 2)p/k), Q = (p/k, 1 − p + p/k, (k − 2)p/k).
+
+  Args:
+    noise_parameter: p in [0, 1]; num_buckets: k >= 1.
+
+  Returns:
+    ``Mechanism(pair, pair)`` (:class:`jaxdp.pairs.Mechanism`).
+  """
+  p, k = float(noise_parameter), int(num_buckets)
+  if k <= 1 or p >= 1.0:
+    pair = discrete_pair([1.0], [1.0])
+  else:
+    hi = 1.0 - p * (k - 1) / k
+    lo = p / k
+    other = (k - 2) * p / k
+    pair = discrete_pair([hi, lo, other], [lo, hi, other])
+  return _mechanism(pair, pair)
+
+
+def epsilon_delta_pairs(epsilon: float, delta: float = 0.0):
+  """The worst-case pair of an (ε, δ)-DP mechanism (symmetric).
+
+  P = (δ, (1−δ)e^ε/(1+e^ε), (1−δ)/(1+e^ε), 0),
+  Q = (0, (1−δ)/(1+e^ε), (1−δ)e^ε/(1+e^ε), δ): every (ε, δ)-DP pair is a
+  post-processing of it (Kairouz, Oh & Viswanath 2015, Thm 2.1;
+  dp_accounting's ``from_privacy_parameters``). δ(ε') = δ + (1 − δ)(e^ε −
+  e^{ε'})₊/(1 + e^ε).
+
+  Args:
+    epsilon: ε >= 0; delta: δ in [0, 1].
+
+  Returns:
+    ``Mechanism(pair, pair)``.
+  """
+  eps, dlt = float(epsilon), float(delta)
+  big = (1.0 - dlt) / (1.0 + math.exp(-eps))  # (1−δ)e^ε/(1+e^ε)
+  small = (1.0 - dlt) / (1.0 + math.exp(eps))
+  pair = discrete_pair([big, small], [small, big], p_inf=dlt)
+  return _mechanism(pair, pair)
+
+
+def _grouped(n: int, log_p_fn, loss_fn, max_atoms=None):
+  """Atoms 0..n−1 (losses nondecreasing in the index), coarsened to <= max_atoms.
+
+  A group of consecutive atoms is replaced by one atom with the group's total
+  P-mass and Q-mass P_group·e^{−ℓ_max}: it dominates the group, because
+  Σ P(x)(1 − e^{ε−ℓ(x)})₊ ≤ P_group(1 − e^{ε−ℓ_max})₊ for every ε. Returns
+  float64 ``(p, q)`` (q left un-rounded for :func:`discrete_pair`).
+  """
+  g = max(1, -(-n // (MAX_ATOMS if max_atoms is None else max_atoms)))
+  if g == 1:
+    idx = np.arange(n, dtype=np.float64)
+    log_p = log_p_fn(idx)
+    return np.exp(log_p), np.exp(log_p - loss_fn(idx))
+  rows = -(-n // g)
+  p_out = np.empty(rows)
+  loss_out = np.empty(rows)
+  chunk = max(1, (1 << 22) // g)
+  for r0 in range(0, rows, chunk):
+    r1 = min(rows, r0 + chunk)
+    idx = np.arange(r0 * g, r1 * g, dtype=np.float64).reshape(r1 - r0, g)
+    valid = idx < n
+    log_p = np.where(valid, log_p_fn(np.minimum(idx, n - 1)), -np.inf)
+    p_out[r0:r1] = np.sum(np.exp(log_p), axis=1) * (1.0 + 4.0 * g * np.finfo(np.float64).eps)
+    last = np.minimum(idx[:, -1], n - 1)
+    loss_out[r0:r1] = loss_fn(last)
+  return p_out, p_out * np.exp(-loss_out)
+
+
+def discrete_laplace_pairs(parameter: float, sensitivity: int = 1):
+  """Both directions of the discrete Laplace mechanism (symmetric), exact.
+
+  P = DLap(a) centred at Δ, Q centred at 0. The loss ℓ(z) = a(|z| − |z − Δ|)
+  is −aΔ for z ≤ 0 and aΔ for z ≥ Δ, so the two half-lines are single atoms
+  (merging outcomes with equal loss is exact): P = e^{−aΔ}/(1 + e^{−a}) and
+  1/(1 + e^{−a}), Q the reverse; between them Δ − 1 atoms
+  P(z) = tanh(a/2)e^{−a(Δ−z)}, Q(z) = tanh(a/2)e^{−az}. No truncation.
+
+  Args:
+    parameter: a > 0; sensitivity: Δ >= 1 (whole).
+
+  Returns:
+    ``Mechanism(pair, pair)``.
+  """
+  a, d = float(parameter), int(sensitivity)
+  log_norm = math.log1p(math.exp(-a))
+  log_c = math.log(-math.expm1(-a)) - log_norm
+  low_p, high_p = math.exp(-a * d - log_norm), math.exp(-log_norm)
+  p_mid, q_mid = _grouped(
+      d - 1, lambda i: log_c - a * (d - 1 - i), lambda i: a * (2.0 * (i + 1.0) - d))
+  p = np.concatenate([[low_p], p_mid, [high_p]])
+  q = np.concatenate([[high_p], q_mid, [low_p]])
+  pair = discrete_pair(p, q)
+  return _mechanism(pair, pair)
+
+
+def _gaussian_tail_weight(t: float, sigma: float) -> float:
+  """Upper bound on Σ_{j > t} exp(−j²/(2σ²)) for whole t > 0.
+
+  The terms decrease, so the sum is at most ∫_t^∞ e^{−x²/(2σ²)} dx =
+  σ√(2π)Φ̄(t/σ) <= (σ²/t)e^{−t²/(2σ²)} (Mills' ratio).
+  """
+  return (sigma * sigma / t) * math.exp(-t * t / (2.0 * sigma * sigma))
+
+
+def discrete_gaussian_pairs(sigma: float, sensitivity: int = 1):
+  """Both directions of the discrete Gaussian mechanism (symmetric).
+
+  P(z) = e^{−(z−Δ)²/(2σ²)}/Z, Q(z) = e^{−z²/(2σ²)}/Z on z ∈ [−T, Δ + T], with
+  T chosen so that the P-mass outside is at most 1e-30; that mass (bounded by
+  2(σ²/T)e^{−T²/(2σ²)}/Z) goes to ``p_inf``. Z is replaced by a lower bound
+  (the sum over |z| <= T, and σ√(2π)(1 + 2e^{−2π²σ²}) from Poisson
+  summation), which scales P and Q up alike and so only raises δ(ε). Above
+  2^20 atoms, consecutive atoms are merged pessimistically (see ``_grouped``).
+
+  Args:
+    sigma: σ > 0; sensitivity: Δ >= 1 (whole).
+
+  Returns:
+    ``Mechanism(pair, pair)``.
+  """
+  s, d = float(sigma), int(sensitivity)
+  s2 = s * s
+  t = max(1.0, math.ceil(s * math.sqrt(2.0 * 72.0)))
+  while 2.0 * _gaussian_tail_weight(t, s) > TAIL_MASS:
+    t = math.ceil(t * 1.1) + 1.0
+  t = int(t)
+  # Lower bounds on the normaliser Z = Σ_z e^{−z²/(2σ²)}.
+  z_poisson = s * math.sqrt(2.0 * math.pi) * (1.0 + 2.0 * math.exp(-2.0 * math.pi ** 2 * s2))
+  if t <= 1 << 20:
+    j = np.arange(1, t + 1, dtype=np.float64)
+    z_direct = 1.0 + 2.0 * math.fsum(np.exp(-j * j / (2.0 * s2)).tolist())
+  else:
+    z_direct = 0.0
+  log_z = math.log(max(z_poisson, z_direct) * (1.0 - 1e-14))
+  p_inf = 2.0 * _gaussian_tail_weight(t, s) / math.exp(log_z)
+  n = d + 2 * t + 1  # z = i − T for i = 0..n−1
+  p, q = _grouped(
+      n, lambda i: -np.square(i - t - d) / (2.0 * s2) - log_z,
+      lambda i: (2.0 * (i - t) * d - d * d) / (2.0 * s2))
+  # Atoms whose mass underflowed carry at most the smallest normal each.
+  p_inf += _TINY * float(np.count_nonzero(p == 0.0))
+  pair = discrete_pair(p, q, p_inf)
+  return _mechanism(pair, pair)
+
+
+def pmf_pair_pairs(p, q):
+  """Both directions of a user-supplied PMF pair: remove (p, q), add (q, p), normalised.
+
+  Args:
+    p, q: PMFs on a common finite support.
+
+  Returns:
+    ``Mechanism(remove, add)``.
+  """
+  p, q = _normalised(p), _normalised(q)
+  return _mechanism(discrete_pair(p, q), discrete_pair(q, p))

@@ -1,0 +1,1 @@
+"""Privacy-loss distributions: one-step grids, FFT composition, read-out, general engine."""

@@ -1,0 +1,1 @@
+"""Samplers with static shapes, their events and their accounting."""

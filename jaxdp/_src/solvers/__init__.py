@@ -1,0 +1,1 @@
+"""Calibration (sigma, steps, sampling rate), sweeps, tuning."""
