@@ -7,12 +7,13 @@ from jaxdp._src.accounting.accountant import (  # noqa: F401
     CdpState,
     rdp,
     cdp,
-    pld,
     event_rdp,
     event_pure_epsilon,
 )
+from jaxdp._src.accounting import pld_accountant as _pld_accountant
+from jaxdp._src.accounting.pld_accountant import pld  # noqa: F401
 from jaxdp._src.core.public import adopt as _adopt
 
 __doc__ = _impl.__doc__
-__all__ = list(_impl.__all__)
-_adopt(__name__, _impl, globals(), __all__)
+__all__ = [*_impl.__all__, "pld"]
+_adopt(__name__, (_impl, _pld_accountant), globals(), __all__)

@@ -10,13 +10,15 @@ from jaxdp._src.mechanisms.pairs import (  # noqa: F401
     LossPMF,
     gaussian_mixture_pair,
     gaussian,
-    sampler_event_pairs,
     discretize,
     hockey_stick,
     validate_pair,
 )
+from jaxdp._src.mechanisms import pair_types as _pair_types
+from jaxdp._src.mechanisms import sampled as _sampled
+from jaxdp._src.mechanisms.sampled import sampler_event_pairs  # noqa: F401
 from jaxdp._src.core.public import adopt as _adopt
 
 __doc__ = _impl.__doc__
-__all__ = list(_impl.__all__)
-_adopt(__name__, _impl, globals(), __all__)
+__all__ = [*_impl.__all__, "sampler_event_pairs"]
+_adopt(__name__, (_impl, _pair_types, _sampled), globals(), __all__)

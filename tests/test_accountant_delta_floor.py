@@ -3,7 +3,7 @@
 A δ bound below the smallest normal float (``tiny``: 2.2e-308 in float64,
 1.2e-38 in float32) used to come out of ``acc.delta`` as 0 or as a subnormal
 whose rounding is no longer relative, where the true δ is positive. The host
-path (:func:`jaxdp._src.interfaces.api.delta_floor`) floors such values at ``tiny``; the
+path (:func:`jaxdp._src.kernels.rdp_driver.delta_floor`) floors such values at ``tiny``; the
 accountant states now carry a pure-DP ε of their composition
 (:func:`jaxdp.accountant.event_pure_epsilon`) and floor δ below it.
 

@@ -11,7 +11,8 @@ from jax import monitoring
 
 import jaxdp
 from jaxdp import calibrate, rdp
-from jaxdp._src.interfaces import api as _api
+from jaxdp._src.kernels import rdp_driver as _rdp_driver
+from jaxdp._src.accounting import rate as _rate
 from jaxdp._src.solvers import boundary as _calibrate_boundary
 from jaxdp._src.kernels import host_rdp as _host_rdp
 from jaxdp._src.core import numerics as nx
@@ -44,7 +45,7 @@ def _compiled(kind, q, sigma, steps, x):
     pad = _host_rdp.MAX_CONFIGURATIONS + 1
     args = [np.concatenate([np.atleast_1d(a), np.full(pad, f)])
             for a, f in zip((q, sigma, steps, x), (0.5, 1.0, 1.0, 0.5))]
-    return _api._run_chunked(kind, *args, None, "improved")[:np.size(q)]
+    return _rdp_driver._run_chunked(kind, *args, None, "improved")[:np.size(q)]
 
 
 def _host(kind, q, sigma, steps, x, nodes=None):
@@ -56,7 +57,7 @@ def _host(kind, q, sigma, steps, x, nodes=None):
     n = rdp_impl._nodes_for(one[1]) if nodes is None else nodes
     out[i] = _host_rdp.minimum_over_all_orders(kind, "improved", *one, n)[0]
   if kind == "delta":
-    out = _api.delta_floor(out, q, steps, x)
+    out = _rdp_driver.delta_floor(out, q, steps, x)
   return out
 
 
@@ -107,7 +108,7 @@ def test_first_questions_compile_nothing(monkeypatch):
     if event == "/jax/core/compile/backend_compile_duration":
       compiles.append(duration)
 
-  monkeypatch.setattr(_api, "_host_questions_left", [_api._HOST_QUESTIONS])
+  monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
   monitoring.register_event_duration_secs_listener(listener)
   try:
     e = jaxdp.epsilon(0.0123, 1.37, 4321, 1e-6)
@@ -121,7 +122,7 @@ def test_first_questions_compile_nothing(monkeypatch):
 
 
 def test_later_questions_use_the_compiled_programs(monkeypatch):
-  monkeypatch.setattr(_api, "_host_questions_left", [0])
+  monkeypatch.setattr(_rdp_driver, "_host_questions_left", [0])
   calls = []
   monkeypatch.setattr(_host_rdp, "minimum_over_all_orders",
                       lambda *a, **k: calls.append(1) or (_ for _ in ()).throw(AssertionError))
@@ -133,10 +134,10 @@ def test_later_questions_use_the_compiled_programs(monkeypatch):
                                             (8.0, 0.1, 50000), (1.0, 1e-3, 10**6)])
 def test_host_calibration_meets_the_target_on_both_paths(monkeypatch, target, q, steps):
   sigma = float(calibrate.sigma(target, 1e-5, q, steps))
-  for left in (_api._HOST_QUESTIONS, 0):   # host path, then the compiled one
-    monkeypatch.setattr(_api, "_host_questions_left", [left])
+  for left in (_rdp_driver._HOST_QUESTIONS, 0):   # host path, then the compiled one
+    monkeypatch.setattr(_rdp_driver, "_host_questions_left", [left])
     assert jaxdp.epsilon(q, sigma, steps, 1e-5) <= target
-    monkeypatch.setattr(_api, "_host_questions_left", [left])
+    monkeypatch.setattr(_rdp_driver, "_host_questions_left", [left])
     assert jaxdp.epsilon(q, sigma * (1 - 1e-6), steps, 1e-5) > target
 
 
@@ -158,7 +159,7 @@ def test_host_margin_covers_the_two_paths():
 def test_tight_one_is_sound_at_the_edges(q, sigma, steps, delta):
   """The CLI's one-question answer: finite, ordered, never above RDP, and a
   valid ε by the exact one-step profile in mpmath (δ_1(ε) <= δ_T(ε) <= δ)."""
-  lo, up, rdp_up = _api.tight_one("epsilon", q, sigma, steps, delta)
+  lo, up, rdp_up = _rate.tight_one("epsilon", q, sigma, steps, delta)
   value = min(up, rdp_up)
   assert np.isfinite(value) and 0 <= lo <= value <= rdp_up
   for direction in ("remove", "add"):
@@ -194,18 +195,18 @@ def test_pld_guard_ceiling_on_the_host_then_compiled(monkeypatch):
     return real(*a, **k)
 
   monkeypatch.setattr(_host_rdp, "minimum_over_all_orders", spy)
-  monkeypatch.setattr(_api, "_host_questions_left", [0])
+  monkeypatch.setattr(_rdp_driver, "_host_questions_left", [0])
   for kind, x in (("epsilon", delta), ("delta", eps)):
-    monkeypatch.setattr(_api, "_pld_guard_questions_left", [1])
+    monkeypatch.setattr(_rdp_driver, "_pld_guard_questions_left", [1])
     with nx.x64():
-      on_host = _api.guard_rdp(kind, q, sigma, steps, x)
-      assert host_calls == [40] and _api._pld_guard_questions_left == [0]
-      compiled = _api.guard_rdp(kind, q, sigma, steps, x)   # budget spent
+      on_host = _rdp_driver.guard_rdp(kind, q, sigma, steps, x)
+      assert host_calls == [40] and _rdp_driver._pld_guard_questions_left == [0]
+      compiled = _rdp_driver.guard_rdp(kind, q, sigma, steps, x)   # budget spent
       assert host_calls == [40]
     _agree(on_host, compiled, 5e-13)
     host_calls.clear()
-  monkeypatch.setattr(_api, "_pld_guard_questions_left", [5])
-  n = _api._PLD_GUARD_HOST_MAX + 1
+  monkeypatch.setattr(_rdp_driver, "_pld_guard_questions_left", [5])
+  n = _rdp_driver._PLD_GUARD_HOST_MAX + 1
   with nx.x64():
-    _api.guard_rdp("epsilon", np.full(n, 0.01), np.ones(n), np.full(n, 100.0), np.full(n, 1e-5))
-  assert host_calls == [] and _api._pld_guard_questions_left == [5]
+    _rdp_driver.guard_rdp("epsilon", np.full(n, 0.01), np.ones(n), np.full(n, 100.0), np.full(n, 1e-5))
+  assert host_calls == [] and _rdp_driver._pld_guard_questions_left == [5]

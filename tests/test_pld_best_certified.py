@@ -29,7 +29,7 @@ import pytest
 import jaxdp
 from jaxdp import accountant, events, pld, pld_accountant, pld_general
 from jaxdp._src.pld import fallback as _pld_fallback
-from jaxdp._src.solvers.tight import poisson_phases
+from jaxdp._src.mechanisms.registry import poisson_phases
 from jaxdp._src.pld import kernel as pld_impl
 
 ROW3 = [(1e-3, 1.0, 10**6, 1e-8), (1e-3, 1.0, 10**6, 1e-12), (1e-3, 1.0, 10**5, 1e-12),
@@ -220,14 +220,15 @@ def test_row3_width_at_most_one_percent(case):
 
 @pytest.mark.slow
 def test_cli_one_question_no_worse_than_python():
-  """The CLI's one-question path (jaxdp._src.interfaces.api.tight_one, general engine
+  """The CLI's one-question path (jaxdp._src.accounting.rate.tight_one, general engine
   first): where the general engine's interval is over 1% wide (8.6% at
   q = 1e-3, σ = 1, T = 10⁵, δ = 1e-12, [2.7956, 3.0570]) it takes the
   batched path's best answer too, so it reports what Python reports
   (pre-change the CLI said 3.0570 and jaxdp.epsilon(..., "pld") 3.2007)."""
-  from jaxdp._src.interfaces import api as _api
+  from jaxdp._src.kernels import rdp_driver as _rdp_driver
+  from jaxdp._src.accounting import rate as _rate
   q, s, t, d = ROW3[2]
-  lo, up, rdp_up = _api.tight_one("epsilon", q, s, t, d)
+  lo, up, rdp_up = _rate.tight_one("epsilon", q, s, t, d)
   assert min(up, rdp_up) == float(jaxdp.epsilon(q, s, t, d, accountant="pld"))
   assert lo >= _one_step_epsilon(q, s, d)
 
@@ -240,7 +241,8 @@ def test_rdp_epsilon_floor_is_below_the_full_value_over_the_domain():
   DP-SGD regime (MNIST: within 2%). Where the full value is 0 (the KL
   clause) it is not compared: the floor is used only where ε > 0 is
   certified."""
-  from jaxdp._src.interfaces import api as _api
+  from jaxdp._src.kernels import rdp_driver as _rdp_driver
+  from jaxdp._src.accounting import rate as _rate
   from jaxdp._src.kernels import host_rdp as _host_rdp
   from jaxdp._src.core.numerics import x64
   rng = np.random.default_rng(35)
@@ -251,10 +253,10 @@ def test_rdp_epsilon_floor_is_below_the_full_value_over_the_domain():
   d = 10 ** rng.uniform(-14, -1, n)
   with x64():
     floor = _host_rdp.epsilon_floor(q, s, t, d)
-    full = _api.guard_rdp("epsilon", q, s, t, d)
+    full = _rdp_driver.guard_rdp("epsilon", q, s, t, d)
     mnist = _host_rdp.epsilon_floor(np.array([256 / 60000]), np.array([1.1]),
                                     np.array([14040.0]), np.array([1e-5]))
-    mnist_full = _api.guard_rdp("epsilon", 256 / 60000, 1.1, 14040, 1e-5)
+    mnist_full = _rdp_driver.guard_rdp("epsilon", 256 / 60000, 1.1, 14040, 1e-5)
   # Where the full value is 0 its KL clause fired at some order; the floor
   # leaves that clause out and is used only where a certified lower ε > 0
   # exists (then the full value is > 0 too).

@@ -12,14 +12,14 @@ import math
 import numpy as np
 import pytest
 
-from jaxdp._src.interfaces import api as _api
+from jaxdp._src.kernels import rdp_driver as _rdp_driver
 from jaxdp._src.kernels import host_rdp as _host_rdp
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.pld import readout as _pld_readout
 from jaxdp._src.pld import run as _pld_run
 from jaxdp import pld
 from jaxdp import pld_general
-from jaxdp._src.solvers.tight import poisson_phases
+from jaxdp._src.mechanisms.registry import poisson_phases
 from jaxdp._src.pld import kernel as pld_impl
 
 
@@ -40,8 +40,8 @@ def test_small_order_ceiling_is_an_rdp_bound_never_below_the_full_value():
     for kind, x in (("epsilon", d), ("delta", e)):
       cheap = _host_rdp.small_order_ceiling(kind, q, s, t, x)
       if kind == "delta":   # as pld._rdp_ceiling reads it
-        cheap = _api.delta_floor(cheap, q, t, x)
-      full = _api._run_chunked(kind, q, s, t, x, None, "improved")  # pylint: disable=protected-access
+        cheap = _rdp_driver.delta_floor(cheap, q, t, x)
+      full = _rdp_driver._run_chunked(kind, q, s, t, x, None, "improved")  # pylint: disable=protected-access
       assert not np.any(np.isnan(cheap))
       assert np.all(cheap >= full * (1 - 1e-12)), kind
       # Integer orders <= 64 are where most DP-SGD optima lie: the cheap

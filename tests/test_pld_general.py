@@ -15,7 +15,7 @@ import pytest
 
 import jaxdp
 from jaxdp._src.core import numerics as nx
-from jaxdp._src.samplers import sampler_api as S
+from jaxdp._src.mechanisms import sampled as S
 from jaxdp import pairs, pld, pld_general as G, profiles, sampling
 
 import sampler_reference as R

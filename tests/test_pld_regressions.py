@@ -263,7 +263,7 @@ def test_small_delta_after_many_steps_is_finite_and_narrow(args, kernel_narrow):
   overlap with the general engine's certified interval, and narrow."""
   from jaxdp import pld_general
   from jaxdp._src.pld import fallback as _pld_fallback
-  from jaxdp._src.solvers.tight import poisson_phases
+  from jaxdp._src.mechanisms.registry import poisson_phases
   old = _pld_fallback.MAX_CONFIGURATIONS
   try:
     _pld_fallback.MAX_CONFIGURATIONS = 0
@@ -333,7 +333,7 @@ def test_round_off_allowance_counts_the_nodes_above_the_query():
   the general engine's (which bounds round-off by tilting)."""
   from jaxdp._src.core import numerics as nx
   from jaxdp import pld_general
-  from jaxdp._src.solvers.tight import poisson_phases
+  from jaxdp._src.mechanisms.registry import poisson_phases
   args = (0.0017728413706949182, 3.6489911547677814, 81023.0, 8.190274576388081e-11)
   with nx.x64():
     lo, up, rdp = pld_impl.guarded_bounds("epsilon", *args)

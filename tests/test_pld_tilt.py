@@ -16,7 +16,7 @@ import pytest
 from jaxdp import pld, pld_general
 from jaxdp._src.pld import fallback as _pld_fallback
 from jaxdp._src.pld import tilt as _pld_tilt
-from jaxdp._src.solvers.tight import poisson_phases
+from jaxdp._src.mechanisms.registry import poisson_phases
 
 
 def test_round_g_makes_products_with_integers_exact():

@@ -16,9 +16,9 @@ from scipy import integrate, stats
 
 import jaxdp
 from jaxdp import calibrate, pld, pld_general, sampling
-from jaxdp._src.interfaces import api as _api
+from jaxdp._src.accounting import rate as _rate
 from jaxdp._src.kernels import bins_coupling as _bins_coupling
-from jaxdp._src.solvers.tight import poisson_phases
+from jaxdp._src.mechanisms.registry import poisson_phases
 
 N, B = 1437, 64          # scikit-learn's digits, the issue's run
 Q = B / N
@@ -68,7 +68,7 @@ def test_cli_and_python_agree_where_the_general_engine_cannot_grid():
   truth, and smaller than the RDP value, which is what a failed engine
   would have returned."""
   q, sigma, steps = 0.01, 1e-4, 1000
-  lo, up, rdp_up = _api.tight_one("epsilon", q, sigma, steps, DELTA)
+  lo, up, rdp_up = _rate.tight_one("epsilon", q, sigma, steps, DELTA)
   cli = min(up, rdp_up)
   python = float(jaxdp.epsilon(q, sigma, steps, DELTA, accountant="pld"))
   assert cli == python

@@ -134,7 +134,7 @@ def test_python_and_cli_agree(capsys, name, acc):
   if name in ("plain", "poisson") and acc == "pld":
     # The CLI's tight answer to a Poisson add/remove question (a bare --q, or
     # --sampler poisson without a capacity) comes from the general engine
-    # (jaxdp._src.interfaces.api.tight_one, nothing to compile); Python's from the batched
+    # (jaxdp._src.accounting.rate.tight_one, nothing to compile); Python's from the batched
     # kernel. Both are certified: each is at least the other's
     # certified lower end, and they differ by at most the wider interval.
     lo, up = _certified_interval(first)

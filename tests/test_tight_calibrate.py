@@ -4,7 +4,7 @@ Independent references: the Gaussian mechanism's exact privacy profile in
 mpmath (q = 1 composes exactly: T steps at σ are one step at σ/√T), the
 exact one-step Poisson-sampled profile by mpmath integration
 (tests/reference.py), the answer path itself (`jaxdp epsilon`'s tight value,
-`_api.tight_one`) and dp_accounting's PLD calibration as a test-only oracle.
+`_rate.tight_one`) and dp_accounting's PLD calibration as a test-only oracle.
 """
 
 import math
@@ -16,7 +16,7 @@ import pytest
 from jax import monitoring
 
 from jaxdp import calibrate, pld_general
-from jaxdp._src.interfaces import api as _api
+from jaxdp._src.accounting import rate as _rate
 from jaxdp._src.solvers import tight as _tight_calibrate
 from reference import ref_sampled_gaussian_delta
 from jaxdp._src.pld import general as pld_general_impl
@@ -31,7 +31,7 @@ def _gaussian_delta(epsilon, mu):
 
 def _reported(q, sigma, steps, delta):
   """The value `jaxdp epsilon` prints: min(PLD upper, RDP)."""
-  _, up, rdp_up = _api.tight_one("epsilon", q, sigma, steps, delta)
+  _, up, rdp_up = _rate.tight_one("epsilon", q, sigma, steps, delta)
   return min(up, rdp_up)
 
 
@@ -217,7 +217,7 @@ def test_tight_epsilon_near_sigma_0026_at_delta_1e12():
   `jaxdp epsilon` raised OverflowError. Now finite, ordered and a valid ε by
   the exact Gaussian profile."""
   for sigma in (0.02605, 0.0262, 0.0265):
-    lo, up, rdp_up = _api.tight_one("epsilon", 1.0, sigma, 1, 1e-12)
+    lo, up, rdp_up = _rate.tight_one("epsilon", 1.0, sigma, 1, 1e-12)
     value = min(up, rdp_up)
     assert 0 < lo <= value < np.inf
     assert _gaussian_delta(value, 1 / sigma) <= 1e-12 * (1 + 1e-9)

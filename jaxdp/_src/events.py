@@ -650,3 +650,9 @@ def validate(event: Any) -> Any:
         f"{', '.join(t.__name__ for t in EVENT_TYPES)}.")
   _validate_fields(event)
   return event
+
+
+def is_sampler(x) -> bool:
+  """Whether ``x`` is a :mod:`jaxdp.sampling` sampler (duck-typed, so that the
+  plain-rate path never imports the sampler machinery and its SciPy)."""
+  return hasattr(x, "event") and hasattr(x, "dataset_size") and not isinstance(x, np.ndarray)

@@ -53,7 +53,6 @@ __all__ = [
     "CdpState",
     "rdp",
     "cdp",
-    "pld",
     "event_rdp",
     "event_pure_epsilon",
 ]
@@ -280,7 +279,7 @@ def _floor_delta(d, epsilon, pure_epsilon):
   """δ bounds never below the smallest normal number of their dtype where
   the true δ may be positive (ε below the state's pure-DP ε).
 
-  The in-jit counterpart of :func:`jaxdp._src.interfaces.api.delta_floor` (bitwise the same
+  The in-jit counterpart of :func:`jaxdp._src.kernels.rdp_driver.delta_floor` (bitwise the same
   floor, ``finfo(float64).tiny``, in float64): a computed bound below
   ``tiny`` (0 or a subnormal, whose rounding is no longer relative) means
   the true δ is below it too, so ``tiny`` is an upper bound there. Where
@@ -428,7 +427,7 @@ def rdp(orders=None) -> Accountant:
   conversion, Balle et al. 2020 / Canonne–Kamath–Steinke 2020). The state
   also carries a pure-DP ε of the composition (:func:`event_pure_epsilon`):
   below it δ is floored at the dtype's smallest normal number, as the host
-  path (:func:`jaxdp._src.interfaces.api.delta_floor`) does, so that a positive δ never
+  path (:func:`jaxdp._src.kernels.rdp_driver.delta_floor`) does, so that a positive δ never
   underflows to 0 or to an unrounded subnormal.
 
   Args:
@@ -589,11 +588,3 @@ def cdp() -> Accountant:
 # PLD accountant (delegates)
 # --------------------------------------------------------------------------
 
-
-def pld(**kwargs) -> Accountant:
-  """Privacy-loss-distribution accountant: ``jaxdp.pld_accountant.make_accountant(**kwargs)``.
-
-  Imported lazily; see :mod:`jaxdp.pld` for its options and limitations.
-  """
-  from jaxdp._src.accounting import pld_accountant  # pylint: disable=g-import-not-at-top
-  return pld_accountant.make_accountant(**kwargs)

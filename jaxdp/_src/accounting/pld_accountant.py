@@ -307,9 +307,9 @@ def _rdp_grid_bound(phases, values, want_epsilon):
     if want_epsilon:
       out = rdp._to_epsilon(total, orders, values, "improved", np)[0]  # pylint: disable=protected-access
     else:
-      from jaxdp._src.interfaces import api as _api  # pylint: disable=g-import-not-at-top
+      from jaxdp._src.kernels import rdp_driver  # pylint: disable=g-import-not-at-top
       out = rdp._to_delta(total, orders, values, np)  # pylint: disable=protected-access
-      out = _api.delta_floor(out, np.ones(values.shape), np.ones(values.shape), values)
+      out = rdp_driver.delta_floor(out, np.ones(values.shape), np.ones(values.shape), values)
   out = np.asarray(out, np.float64)
   return np.where(np.isnan(out), np.inf, out)
 
@@ -475,3 +475,11 @@ def delta_batch(configs, epsilon, *, value_discretization_interval=None, rtol=1e
   """
   return _batch(configs, epsilon, "epsilon", dict(low=0.0, allow_inf=True), False,
                 value_discretization_interval, rtol, return_bounds)
+
+
+def pld(**kwargs):
+  """Privacy-loss-distribution accountant: ``jaxdp.pld_accountant.make_accountant(**kwargs)``.
+
+  See :mod:`jaxdp.pld` for its options and limitations.
+  """
+  return make_accountant(**kwargs)

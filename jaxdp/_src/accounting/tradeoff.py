@@ -371,7 +371,7 @@ def epsilon_grid(q, sigma, steps, *, num_eps=DEFAULT_NUM_EPS, grid_delta=GRID_DE
   Returns:
     Array of shape S + (num_eps,).
   """
-  from jaxdp._src.interfaces import api as _api  # pylint: disable=g-import-not-at-top
+  from jaxdp._src.accounting import rate  # pylint: disable=g-import-not-at-top
   num.check_array("num_eps", num_eps, low=2.0, integer=True)
   num.check_array("grid_delta", grid_delta, low=0.0, high=1.0, low_open=True, high_open=True)
   num.check_array("q", q, low=0.0, high=1.0)
@@ -379,7 +379,7 @@ def epsilon_grid(q, sigma, steps, *, num_eps=DEFAULT_NUM_EPS, grid_delta=GRID_DE
   num.check_array("steps", steps, low=0.0, integer=True)
   shape = num.check_same_shape(q=q, sigma=sigma, steps=steps)
   q, sigma, steps = (np.broadcast_to(np.asarray(a, np.float64), shape) for a in (q, sigma, steps))
-  end = np.asarray(_api.epsilon(q, sigma, steps, grid_delta), np.float64)
+  end = np.asarray(rate.epsilon(q, sigma, steps, grid_delta), np.float64)
   end = np.clip(np.nan_to_num(end, nan=GRID_EPS_RANGE[1], posinf=GRID_EPS_RANGE[1]),
                 *GRID_EPS_RANGE)
   t = np.linspace(0.0, 1.0, int(num_eps))

@@ -300,7 +300,7 @@ def _default_accountant(args):
   epsilon and delta of Poisson sampling at a rate answer with the tight PLD
   value (certified interval and RDP value beside it): one question is
   answered by the general PLD engine and the host RDP path, with nothing to
-  compile (jaxdp._src.interfaces.api.tight_one), ~1.5 s in a fresh process. calibrate does
+  compile (jaxdp._src.accounting.rate.tight_one), ~1.5 s in a fresh process. calibrate does
   the same (jaxdp._src.solvers.tight: about four PLD evaluations, ~2.5 s for
   σ). The RDP accountant stays the default of samplers, and with --orders or
   --tuning (RDP notions).
@@ -329,7 +329,7 @@ def _print_tight(args, q, sigma, steps) -> None:
   RDP value.
 
   Two engines, one documented tolerance (issue 34, row 8). The command asks
-  the general PLD engine (:func:`jaxdp._src.interfaces.api.tight_one`: NumPy FFTs, nothing
+  the general PLD engine (:func:`jaxdp._src.accounting.rate.tight_one`: NumPy FFTs, nothing
   to compile, ~3 s in a fresh process); ``jaxdp.epsilon(...,
   accountant="pld")`` asks the batched kernel (:mod:`jaxdp.pld`), whose
   first call in a fresh process compiles for 12-18 s on two CPU cores, so the
@@ -342,10 +342,10 @@ def _print_tight(args, q, sigma, steps) -> None:
   epochs = 14040 steps, δ = 1e-5: command 2.379657 (lower 2.379366), Python
   2.379977 (lower 2.378692); difference 3.2e-4 <= widths 2.9e-4 / 1.3e-3.
   """
-  from jaxdp._src.interfaces import api as _api  # pylint: disable=g-import-not-at-top
+  from jaxdp._src.accounting import rate  # pylint: disable=g-import-not-at-top
   name = args.command
   value = args.delta if name == "epsilon" else args.epsilon
-  lo, up, rdp_up = _api.tight_one(name, q, sigma, steps, value)
+  lo, up, rdp_up = rate.tight_one(name, q, sigma, steps, value)
   print(f"{name} = {_fmt(min(up, rdp_up))}")
   print(f"{name}_lower = {_fmt(min(lo, up, rdp_up))}")
   print(f"{name}_rdp = {_fmt(rdp_up)}")

@@ -327,7 +327,7 @@ def _planned_steps(target, sigma, event, epoch_len, budget, host) -> int:
   """Largest number of steps within ``budget`` (``jaxdp.calibrate.steps``).
 
   Under RDP an untruncated Poisson sampler's answer is ``jaxdp.epsilon`` at
-  its rate (``jaxdp._src.samplers.sampler_api``), so the rate's closed-form search gives
+  its rate (``jaxdp._src.accounting.sampler_forward``), so the rate's closed-form search gives
   the same T without the sampler path's galloping search.
   """
   from jaxdp._src.solvers import calibrate as _calibrate  # pylint: disable=g-import-not-at-top
@@ -433,11 +433,12 @@ def dp_aggregate(
   if sampler is None:
     event = _events.SampledGaussian(sampling_rate, sigma)  # validates q, σ
   else:
-    from jaxdp._src.samplers import sampler_api as _sampler_api  # pylint: disable=g-import-not-at-top
-    if not _sampler_api.is_sampler(sampler):
+    from jaxdp._src.events import is_sampler  # pylint: disable=g-import-not-at-top
+    from jaxdp._src.mechanisms.sampled import _EPOCH_EVENTS  # pylint: disable=g-import-not-at-top
+    if not is_sampler(sampler):
       raise ValueError(f"sampler must come from jaxdp.sampling; found {sampler!r}.")
     event = sampler.event(sigma)
-    if isinstance(event, _sampler_api._EPOCH_EVENTS):  # pylint: disable=protected-access
+    if isinstance(event, _EPOCH_EVENTS):  # pylint: disable=protected-access
       epoch_len = int(sampler.steps_per_epoch)
     if expected_batch_size is None:
       expected_batch_size = float(sampler.expected_batch_size)

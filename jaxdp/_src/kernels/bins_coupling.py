@@ -126,7 +126,7 @@ def delta(forward, sampler, sigma, steps, epsilon, orders):
   """δ(ε) of the truncated sampler: δ_untruncated(ε) + (1 + e^ε)·p (elementwise).
 
   ``forward(kind, sampler, sigma, steps, value, orders)`` is the RDP answer
-  for an untruncated sampler (``jaxdp._src.samplers.sampler_api``).
+  for an untruncated sampler (``jaxdp._src.accounting.sampler_forward``).
   """
   p = np.broadcast_to(_overflow(sampler, steps), np.shape(epsilon))
   if not np.any(2.0 * p < 1.0):   # (1 + e^ε)·p >= 1: the bound is trivial

@@ -18,7 +18,7 @@ Thm. 5) yields a replace-one curve. The bound is sound for every sampler whose
 add/remove analysis is sound, whatever its structure; it is not tight (for the
 Poisson-sampled Gaussian the tight replace-one answer is the PLD of the pair
 ((1−q)N(0,σ²) + qN(1,σ²), (1−q)N(0,σ²) + qN(−1,σ²)), see
-:func:`jaxdp._src.samplers.sampler_api.poisson_gaussian`).
+:func:`jaxdp._src.mechanisms.sampled.poisson_gaussian`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ differing example under the stated relation):
 * :class:`SymmetrizedPair` — the symmetric pair whose PLD agrees with its
   base's on losses > 0 (the tight pair of a symmetric relation, e.g.
   subsampling without replacement under replace-one, see
-  :mod:`jaxdp._src.samplers.sampler_api`);
+  :mod:`jaxdp._src.mechanisms.sampled`);
 * :class:`MixturePair` — a disjoint union of pairs (the block is revealed):
   its PLD is the weighted sum of the blocks' PLDs.
 
@@ -73,7 +73,7 @@ from jaxdp._src.mechanisms.discretise import LossPMF, _bisect_x, discretize
 
 __all__ = [
     "DiscretePair", "MonotonePair", "SymmetrizedPair", "MixturePair", "Mechanism", "LossPMF",
-    "gaussian_mixture_pair", "gaussian", "sampler_event_pairs", "discretize", "hockey_stick",
+    "gaussian_mixture_pair", "gaussian", "discretize", "hockey_stick",
     "validate_pair",
 ]
 
@@ -146,26 +146,6 @@ def gaussian_mixture_pair(means_p, weights_p, means_q, weights_q, sigma) -> Mono
     raise ValueError("the privacy loss of this mixture pair is not nondecreasing.")
   return MonotonePair(loss, cdf(mp, wp, False), cdf(mp, wp, True), lo, hi,
                       cdf(mq, wq, False), cdf(mq, wq, True))
-
-
-def sampler_event_pairs(event):
-  """One :class:`Mechanism` for a ``SampledGaussian`` (add/remove) or sampler event.
-
-  Where the tight answer is a maximum over several compositions (truncated
-  Poisson: neighbour sizes N and N + 1), one pair dominating all of them
-  (``both_sizes=True`` of :func:`jaxdp._src.samplers.sampler_api.truncated_poisson_gaussian`,
-  sound but with excess mass per step); :func:`jaxdp._src.samplers.sampler_api.event_mechanisms`
-  lists the tighter alternatives.
-
-  Raises:
-    TypeError: for events without dominating pairs (balls-in-bins).
-  """
-  from jaxdp._src.samplers import sampler_api as _sampler_api  # pylint: disable=g-import-not-at-top
-  mechs = _sampler_api.event_mechanisms(event)
-  if len(mechs) == 1:
-    return mechs[0]
-  n, q, cap, s = (float(v) for v in (event.dataset_size, event.q, event.capacity, event.sigma))
-  return _sampler_api.truncated_poisson_gaussian(n, q, cap, s, both_sizes=True)
 
 
 def _check_sigma(sigma):

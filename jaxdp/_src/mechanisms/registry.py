@@ -32,6 +32,7 @@ from jaxdp._src.core import numerics as nx
 from jaxdp._src import events as _events
 from jaxdp._src.mechanisms import continuous as _cont
 from jaxdp._src.mechanisms import discrete as _disc
+from jaxdp._src.mechanisms import sampled as _sampled
 
 __all__ = [
     "RDP_EVENTS",
@@ -198,8 +199,9 @@ def dominating_pairs(event):
     return _disc.epsilon_delta_pairs(eps, 0.0)
   if isinstance(event, E.PMFPair):
     return _disc.pmf_pair_pairs(event.p, event.q)
-  fallback = getattr(_pairs, "sampler_event_pairs", None)
-  if fallback is None:
-    raise TypeError(f"No dominating pairs for {type(event).__name__} "
-                    f"(jaxdp.pairs.sampler_event_pairs is not available).")
-  return fallback(event)
+  return _sampled.sampler_event_pairs(event)
+
+
+def poisson_phases(q, sigma, steps):
+  """The general engine's phases for ``steps`` Poisson-sampled Gaussian steps."""
+  return [(dominating_pairs(_events.SampledGaussian(q, sigma)), steps)]

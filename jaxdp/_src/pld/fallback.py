@@ -167,7 +167,7 @@ def _general(q, sigma, steps, deltas, rtol):
   """The general engine's ε interval (cached: these inputs take seconds, and
   ``jaxdp.epsilon`` with ``pld.epsilon`` on the same question repeat them)."""
   from jaxdp._src.pld import general as pld_general  # pylint: disable=g-import-not-at-top
-  from jaxdp._src.solvers.tight import poisson_phases  # pylint: disable=g-import-not-at-top
+  from jaxdp._src.mechanisms.registry import poisson_phases  # pylint: disable=g-import-not-at-top
   phases = poisson_phases(q, sigma, steps)
   lo, up = pld_general.epsilon(phases, np.asarray(deltas), rtol=rtol, return_bounds=True)
   return _frozen(lo, up)
@@ -177,7 +177,7 @@ def _general(q, sigma, steps, deltas, rtol):
 def _general_delta(q, sigma, steps, epsilons, rtol):
   """The general engine's δ interval (cached as :func:`_general`)."""
   from jaxdp._src.pld import general as pld_general  # pylint: disable=g-import-not-at-top
-  from jaxdp._src.solvers.tight import poisson_phases  # pylint: disable=g-import-not-at-top
+  from jaxdp._src.mechanisms.registry import poisson_phases  # pylint: disable=g-import-not-at-top
   phases = poisson_phases(q, sigma, steps)
   lo, up = pld_general.delta(phases, np.asarray(epsilons), rtol=rtol, return_bounds=True)
   return _frozen(lo, up)

@@ -154,7 +154,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxdp._src.interfaces import api as _api
+from jaxdp._src.kernels import rdp_driver as _rdp_driver
 from jaxdp._src.kernels import guards as _guards
 from jaxdp._src.core import numerics as num
 from jaxdp._src.pld import fallback as _pld_fallback
@@ -294,7 +294,7 @@ def delta(q, sigma, steps, epsilon, *, value_discretization_interval=None, rtol=
   Args:
     q: sampling rate in [0, 1], or a :mod:`jaxdp.sampling` sampler (then
       ``steps`` are its training steps and the interval is its own, see
-      :func:`jaxdp._src.samplers.sampler_api.pld_bounds`; ``ValueError`` naming the
+      :func:`jaxdp._src.accounting.sampler_forward.pld_bounds`; ``ValueError`` naming the
       sampler where it has no tight path, e.g. balls-in-bins).
     sigma: noise multiplier (> 0), L2 sensitivity 1.
     steps: number of compositions T (whole number >= 0).
@@ -317,10 +317,6 @@ def delta(q, sigma, steps, epsilon, *, value_discretization_interval=None, rtol=
   Raises:
     ValueError: naming the argument and value when an input is out of range.
   """
-  if _api.is_sampler(q):   # a jaxdp.sampling sampler: its own tight path
-    from jaxdp._src.samplers import sampler_api as _sampler_api  # pylint: disable=g-import-not-at-top
-    return _sampler_api.pld_entry("delta", q, sigma, steps, epsilon,
-                                  value_discretization_interval, rtol, return_bounds)
   lo, up, _ = guarded_bounds("delta", q, sigma, steps, epsilon,
                              value_discretization_interval, rtol, best=True)
   return (lo, up) if return_bounds else up
@@ -355,10 +351,6 @@ def epsilon(q, sigma, steps, delta, *, value_discretization_interval=None, rtol=
   Raises:
     ValueError: naming the argument and value when an input is out of range.
   """
-  if _api.is_sampler(q):   # a jaxdp.sampling sampler: its own tight path
-    from jaxdp._src.samplers import sampler_api as _sampler_api  # pylint: disable=g-import-not-at-top
-    return _sampler_api.pld_entry("epsilon", q, sigma, steps, delta,
-                                  value_discretization_interval, rtol, return_bounds)
   lo, up, _ = guarded_bounds("epsilon", q, sigma, steps, delta,
                              value_discretization_interval, rtol, best=True, rdp_value=False)
   return (lo, up) if return_bounds else up
@@ -429,8 +421,7 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
         lo.reshape(shape), up, rtol)
     up = clip(up)
   if name == "delta":
-    from jaxdp._src.interfaces import api as _api  # pylint: disable=g-import-not-at-top
-    up = _api.delta_floor(up, q, steps, value)
+    up = _rdp_driver.delta_floor(up, q, steps, value)
   lo, up, rdp_up = _guard(name, clip(lo).reshape(shape), up, q, sigma, steps, value, shape,
                           full_rdp, one=one_step[0] if one_step else None,
                           skip_full=full_rdp and not rdp_value and name == "epsilon")
@@ -497,8 +488,7 @@ def _rdp_unless_below_floor(flat, lo, up):
 
 
 def _full_rdp(name, flat):
-  from jaxdp._src.interfaces import api as _api  # pylint: disable=g-import-not-at-top
-  return _api.guard_rdp(name, *flat)
+  return _rdp_driver.guard_rdp(name, *flat)
 
 
 def _rdp_ceiling(name, flat, lo, up):
@@ -521,11 +511,10 @@ def _rdp_ceiling(name, flat, lo, up):
   Returns:
     ``(values, full)``: the RDP bounds and where they are the full value.
   """
-  from jaxdp._src.interfaces import api as _api  # pylint: disable=g-import-not-at-top
   from jaxdp._src.kernels import host_rdp as _host_rdp  # pylint: disable=g-import-not-at-top
   ceiling = _host_rdp.small_order_ceiling(name, *flat)
   if name == "delta":
-    ceiling = _api.delta_floor(ceiling, flat[0], flat[2], flat[3])
+    ceiling = _rdp_driver.delta_floor(ceiling, flat[0], flat[2], flat[3])
   need = ~((ceiling >= up) & (lo <= ceiling) & np.isfinite(up))
   if np.any(need):
     ceiling[need] = _full_rdp(name, [a[need] for a in flat])

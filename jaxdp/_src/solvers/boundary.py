@@ -203,7 +203,8 @@ def _check_epsilon_rdp(q, s, t_steps, d, orders, with_order=False):
   With ``with_order`` (default orders only): ``(ε, α)``, α the real order
   at which each ε was attained.
   """
-  from jaxdp._src.interfaces import api as _api
+  from jaxdp._src.accounting import rate  # pylint: disable=g-import-not-at-top
+  from jaxdp._src.kernels import rdp_driver  # pylint: disable=g-import-not-at-top
   n = q.shape[0]
   if orders is None and not with_order and 0 < n <= _SMALL:
     return _host_epsilon(q, s, t_steps, d)
@@ -214,9 +215,9 @@ def _check_epsilon_rdp(q, s, t_steps, d, orders, with_order=False):
     m = parts[0].shape[0]
     parts = [np.concatenate([p, np.full(size - m, v)]) for p, v in zip(parts, (0.5, 1.0, 1.0, 1e-5))]
     if with_order:
-      e, alpha = _api.epsilon_and_order(*parts)
+      e, alpha = rdp_driver.epsilon_and_order(*parts)
       return np.asarray(e, np.float64)[:m], np.asarray(alpha, np.float64)[:m]
-    e = _api.epsilon(*parts, orders=None if orders is None else np.asarray(orders))
+    e = rate.epsilon(*parts, orders=None if orders is None else np.asarray(orders))
     return np.asarray(e, np.float64)[:m], None
 
   outs = nx.thread_map(chunk, range(0, n, size))   # chunks side by side on the CPU's cores
@@ -291,10 +292,10 @@ def _zero_boundary(kind, accountant, delta, a, b, orders_checked, rtol):
   zero = np.zeros(delta.shape[0])
   value, unreachable = _small_boundary(kind, zero, delta, a, b, orders_checked, rtol)
   if accountant == "pld":
-    from jaxdp._src.interfaces import api as _api  # pylint: disable=g-import-not-at-top
+    from jaxdp._src.accounting import rate  # pylint: disable=g-import-not-at-top
 
     def public_pld(q, s, t_steps, d):
-      return np.asarray(_api.epsilon(q, s, t_steps, d, accountant="pld"), np.float64).reshape(-1)
+      return np.asarray(rate.epsilon(q, s, t_steps, d, accountant="pld"), np.float64).reshape(-1)
 
     ok = ~unreachable
     e = np.full(value.shape, np.inf)

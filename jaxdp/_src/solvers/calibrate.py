@@ -57,7 +57,7 @@ import numpy as np
 from jaxdp._src.solvers import boundary as _calibrate_boundary
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.kernels import rdp
-from jaxdp._src.interfaces.api import is_sampler
+from jaxdp._src.events import is_sampler
 from jaxdp._src.solvers.boundary import (_DEFAULT_CHEAP, _boundary, _check_epsilon,
                                        _check_epsilon_rdp, _map_chunks, _orders_key,
                                        _per_step_fn)
@@ -105,8 +105,8 @@ def _validate_common(target_epsilon, delta, rtol, accountant):
 
 
 def _resolve_orders(orders):
-  from jaxdp._src.interfaces import api as _api
-  checked = _api._validate_orders(orders)
+  from jaxdp._src.kernels import rdp_driver  # pylint: disable=g-import-not-at-top
+  checked = rdp_driver._validate_orders(orders)
   full = rdp.DEFAULT_ORDERS if checked is None else checked
   return checked, np.sort(np.unique(np.asarray(full, np.float64)))
 
@@ -199,9 +199,9 @@ def sigma(target_epsilon=None, delta=None, q=None, steps=None, *, accountant: st
     if value is None:
       raise ValueError(f"{name} is required (found None).")
   if is_sampler(q):  # batches from a jaxdp.sampling sampler
-    from jaxdp._src.samplers import sampler_api as _sampler_api  # pylint: disable=g-import-not-at-top
+    from jaxdp._src.solvers import sampler_calibrate as _sampler_calibrate  # pylint: disable=g-import-not-at-top
     _validate_common(target_epsilon, delta, rtol, accountant)
-    return _sampler_api.calibrate_sigma(q, target_epsilon, delta, steps, accountant, rtol)
+    return _sampler_calibrate.calibrate_sigma(q, target_epsilon, delta, steps, accountant, rtol)
   _validate_common(target_epsilon, delta, rtol, accountant)
   nx.check_array("q", q, low=0.0, high=1.0)
   nx.check_array("steps", steps, low=0.0, integer=True)
@@ -241,17 +241,17 @@ def sampling_rate(target_epsilon, delta, sigma, steps, *, accountant: str = "rdp
       ``sampling.poisson`` (its capacity kept), the largest whole batch size B
       for the fixed, balls-in-bins and shuffle samplers, returned as B / N.
       ``steps`` are that sampler's steps. Build the sampler at the rate
-      (``with_rate`` in ``jaxdp._src.samplers.sampler_api``) to train with it.
+      (``with_rate`` in ``jaxdp._src.solvers.sampler_calibrate``) to train with it.
 
   Returns:
     q in [0, 1], float64 NumPy, the broadcast shape.
   """
   if sampler is not None:
-    from jaxdp._src.samplers import sampler_api as _sampler_api  # pylint: disable=g-import-not-at-top
-    if not _sampler_api.is_sampler(sampler):
+    from jaxdp._src.solvers import sampler_calibrate as _sampler_calibrate  # pylint: disable=g-import-not-at-top
+    if not is_sampler(sampler):
       raise ValueError(f"sampler must be a jaxdp.sampling sampler; found {sampler!r}.")
     _validate_common(target_epsilon, delta, rtol, accountant)
-    return _sampler_api.calibrate_sampling_rate(sampler, target_epsilon, delta, sigma, steps,
+    return _sampler_calibrate.calibrate_sampling_rate(sampler, target_epsilon, delta, sigma, steps,
                                                 accountant, rtol, MIN_SAMPLING_RATE, orders)
   _validate_common(target_epsilon, delta, rtol, accountant)
   nx.check_array("sigma", sigma, low=0.0, low_open=True)
@@ -312,14 +312,14 @@ def _as_steps(t):
 def _sampler_steps(sampler, target_epsilon, delta, sigma, accountant):
   """calibrate.steps for a sampler: its galloping search (up to 2**40), then,
   where that fits, the rest of [0, MAX_STEPS] by the same ε."""
-  from jaxdp._src.samplers import sampler_api as _sampler_api  # pylint: disable=g-import-not-at-top
-  t = float(_sampler_api.calibrate_steps(sampler, target_epsilon, delta, sigma, accountant))
+  from jaxdp._src.solvers import sampler_calibrate as _sampler_calibrate  # pylint: disable=g-import-not-at-top
+  t = float(_sampler_calibrate.calibrate_steps(sampler, target_epsilon, delta, sigma, accountant))
   if math.isfinite(t):
     return _as_steps(t)
   lo, hi = 2 ** 40, MAX_STEPS + 1   # fits(lo); hi: the first count beyond the domain
 
   def fits(steps_):
-    e = _sampler_api.epsilon(sampler, sigma, float(steps_), delta, accountant)
+    e = _sampler_calibrate.epsilon(sampler, sigma, float(steps_), delta, accountant)
     return float(e) <= float(target_epsilon)
 
   if fits(MAX_STEPS):

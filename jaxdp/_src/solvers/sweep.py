@@ -190,7 +190,8 @@ def _flatten(*arrays):
 
 def _forward(kind, q, sigma, steps, x, *, accountant, orders, method, devices, chunk_size,
              progress, collective):
-  from jaxdp._src.interfaces import api as _api
+  from jaxdp._src.accounting import rate  # pylint: disable=g-import-not-at-top
+  from jaxdp._src.kernels import rdp_driver as _api  # pylint: disable=g-import-not-at-top
   _api._validate_common(q, sigma, steps)
   if kind == "epsilon":
     nx.check_array("delta", x, low=0.0, high=1.0, low_open=True, high_open=True)
@@ -222,7 +223,7 @@ def _forward(kind, q, sigma, steps, x, *, accountant, orders, method, devices, c
       # RDP it evaluates only the orders that can attain the minimum,
       # jaxdp._src.kernels.order_search; same values as the sharded kernels).
       if accountant == "pld":
-        fn = _api.epsilon if kind == "epsilon" else _api.delta
+        fn = rate.epsilon if kind == "epsilon" else rate.delta
         run = lambda parts: np.asarray(fn(*parts, accountant="pld")).reshape(-1)
       else:
         run = lambda parts: _api._run_chunked(kind, *parts, orders, method)

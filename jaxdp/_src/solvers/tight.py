@@ -2,7 +2,7 @@
 
 ``jaxdp calibrate`` answers one question: the smallest σ, or the largest
 number of steps or sampling rate, at which the value ``jaxdp epsilon``
-prints, min(PLD upper bound, RDP bound) (:func:`jaxdp._src.interfaces.api.tight_one`),
+prints, min(PLD upper bound, RDP bound) (:func:`jaxdp._src.accounting.rate.tight_one`),
 meets a target ε. Each evaluation of the PLD bound is a composition by the
 general engine (:mod:`jaxdp.pld_general`, NumPy FFTs, 0.1-0.3 s at DP-SGD
 configurations), so the solver spends as few as it can. In a coordinate y
@@ -39,6 +39,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from jaxdp._src.core import numerics as nx
+from jaxdp._src.mechanisms.registry import poisson_phases
 
 _COARSE_GRID = 1e-2     # pld_general rtol of the probes far from the root
 _SWITCH = 2e-2          # |g| below which the coarse probes stop
@@ -73,13 +74,6 @@ class _Unknown(NamedTuple):
   y: Callable[[float], float]              # value -> y
   phases: Callable[[float], list]
   integer: bool = False
-
-
-def poisson_phases(q, sigma, steps):
-  """The general engine's phases for ``steps`` Poisson-sampled Gaussian steps."""
-  from jaxdp._src import events  # pylint: disable=g-import-not-at-top
-  from jaxdp._src.mechanisms import registry as mechanisms  # pylint: disable=g-import-not-at-top
-  return [(mechanisms.dominating_pairs(events.SampledGaussian(q, sigma)), steps)]
 
 
 def _g(eps, target):
@@ -435,85 +429,3 @@ def tight_sampling_rate(target_epsilon, delta, sigma, steps, *, rtol=1e-3, grid_
 # A bracketing search on any answerable probe (the samplers' tight calibration)
 # --------------------------------------------------------------------------
 
-
-def descend(probe, y_feasible, g_feasible, y_end, rtol, slope=-1.0, snap=None, max_probes=40):
-  """Smallest feasible y (to ``rtol``) below a feasible start, by probes only.
-
-  The tight calibrations of :mod:`jaxdp._src.samplers.sampler_api` search in a coordinate
-  y where ε is non-increasing (log σ, -log T, -log q), down from a start that
-  is known to meet the target (the RDP answer: the tight answer is
-  min(PLD, RDP), so it meets the target there). Only points that ``probe``
-  evaluated and found feasible are ever returned, so the answer meets the
-  target by the function the probe evaluates (the public one).
-
-  1. Bracketing: steps down from the feasible end, sized by the secant of
-     g = log(ε_tight / target) (``slope``, dg/dy, refined from the probes),
-     1.5x past the predicted root and growing 4x while feasible, never below
-     ``y_end``.
-  2. Illinois false position between the infeasible and the feasible end,
-     aimed 0.45·tol either side of the root estimate so the bracket closes
-     in a few probes, kept 5% inside the bracket, bisection when g is not
-     finite (a probe the engine could not answer is infeasible, g = +∞).
-
-  Args:
-    probe: y -> (feasible, g); g = log(tight ε / target), +inf when unknown.
-    y_feasible: a feasible y (its g is ``g_feasible``).
-    y_end: the smallest y to consider.
-    rtol: relative tolerance of the answer's value (y is a log).
-    slope: initial dg/dy estimate (< 0).
-    snap: optional y -> y of the nearest evaluable value (whole numbers).
-    max_probes: cap on evaluations (the answer stays feasible when reached).
-
-  Returns:
-    ``(y, probes)``: the smallest feasible y found and the number of probes.
-  """
-  tolx = -math.log1p(-rtol)
-  snap = snap or (lambda y: y)
-  yf, gf = y_feasible, g_feasible
-  yi, gi = None, None
-  probes = 0
-  if not (math.isfinite(gf) and gf < 0.0):   # the tight bound does not go below the start
-    return yf, probes
-  slope = slope if (math.isfinite(slope) and slope < -1e-3) else -1.0
-  step = max(1.5 * gf / slope, 2.0 * tolx)
-  kept = None
-  while probes < max_probes:
-    if yi is None:
-      p = max(yf - step, y_end)
-      if p >= yf:
-        break
-    else:
-      w = yf - yi
-      if w <= tolx:
-        break
-      if math.isfinite(gi) and math.isfinite(gf) and gi > gf:
-        r = yi + w * gi / (gi - gf)
-        p = r + 0.45 * tolx if kept == "i" else r - 0.45 * tolx
-        p = min(max(p, yi + 0.05 * w), yf - 0.05 * w)
-      else:
-        p = 0.5 * (yi + yf)
-    inside = lambda y: (yi is None or yi < y) and y < yf
-    p = snap(p)
-    if not inside(p):
-      p = snap(0.5 * ((y_end if yi is None else yi) + yf))
-      if not inside(p):
-        break                          # no evaluable point left inside the bracket
-    ok, g = probe(p)
-    probes += 1
-    if ok:
-      if yi is None and math.isfinite(g) and p < yf:
-        s = (g - gf) / (p - yf)
-        slope = s if s < -1e-3 else slope
-        step = max(4.0 * step, 1.5 * g / slope) if math.isfinite(g) else 4.0 * step
-      yf, gf = p, g
-      if kept == "f" and gi is not None:
-        gi *= 0.5                      # Illinois: the end kept twice has its g halved
-      kept = "f" if yi is not None else kept
-      if yi is None and p <= y_end:
-        break
-    else:
-      yi, gi = p, g if g > 0 else 1e-12
-      if kept == "i":
-        gf *= 0.5
-      kept = "i"
-  return yf, probes
