@@ -1,6 +1,7 @@
 """Public ``jaxdp.rdp``: re-exports :mod:`jaxdp._src.kernels.rdp` (its docstring is this module's)."""
 
 from jaxdp._src.kernels import rdp as _impl
+from jaxdp._src.kernels import rdp_convert as _convert
 from jaxdp._src.kernels.rdp import (  # noqa: F401
     DEFAULT_ORDERS,
     sampled_gaussian,
@@ -18,4 +19,4 @@ from jaxdp._src.core.public import adopt as _adopt
 
 __doc__ = _impl.__doc__
 __all__ = list(_impl.__all__)
-_adopt(__name__, _impl, globals(), __all__)
+_adopt(__name__, (_impl, _convert), globals(), __all__)

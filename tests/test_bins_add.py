@@ -23,7 +23,7 @@ from jaxdp._src.kernels import bins_add as ba
 from jaxdp import rdp
 from jaxdp import rdp_samplers as rs
 from jaxdp import sampling
-from jaxdp._src.kernels import rdp as rdp_impl
+from jaxdp._src.kernels import rdp_common
 
 ORDERS = np.array([2.0, 3.0, 4.0, 8.0, 16.0, 32.0, 48.0, 64.0])   # one shape: one compile
 FRAC = np.array([1.1, 1.5, 2.5, 3.75, 7.5, 12.25, 30.5, 63.5])
@@ -161,7 +161,7 @@ def test_end_to_end_epsilon_implied_bounds_and_wiring():
   eps_rem = float(rdp.to_epsilon(epochs * both[0], rdp.DEFAULT_ORDERS, delta)[0])
   assert eps >= eps_rem * (1 - 1e-12), (eps, eps_rem)
   # The kernel's add direction is this module's bound (AM–GM etc. are far looser here).
-  np.testing.assert_allclose(both[1] * (rdp.DEFAULT_ORDERS - 1) / rdp_impl._safety(jnp.float64),
+  np.testing.assert_allclose(both[1] * (rdp.DEFAULT_ORDERS - 1) / rdp_common._safety(jnp.float64),
                              _bound(float(k), sigma, rdp.DEFAULT_ORDERS), rtol=1e-12)
 
 

@@ -21,7 +21,7 @@ from jaxdp import events as E
 from jaxdp import optax as dpo
 from jaxdp import rdp
 from jaxdp import sampling
-from jaxdp._src.kernels import rdp as rdp_impl
+from jaxdp._src.kernels import rdp_convert
 
 # Event mixes: (sampled Gaussians (q, σ, count), plain Gaussians (σ, count)).
 MIXES = [
@@ -104,7 +104,7 @@ def test_refined_conversion_brackets_the_true_minimum(rho, delta):
   """Chord refinement: true min ≤ refined ≤ grid min (Gaussian, exact RDP)."""
   o = np.asarray(rdp.DEFAULT_ORDERS)
   curve = rho * o
-  grid = float(rdp_impl._to_epsilon(curve, o, delta, "improved", xp=np)[0])
+  grid = float(rdp_convert._to_epsilon(curve, o, delta, "improved", xp=np)[0])
   refined = float(rdp.to_epsilon_refined(curve, o, delta, xp=np))
   d = float(rdp.to_delta_refined(curve, o, refined, xp=np))
   truth = _gaussian_true_min(rho, delta)

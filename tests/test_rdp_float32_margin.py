@@ -2,8 +2,8 @@
 
 The float32 path of the fractional-order quadrature used to add a flat,
 measured 2e-3 to log(A_α - 1). It now adds a proven first-order bound per node
-(rdp._f32_node_bound), per weight (rdp._f32_weight_bound) and for the sum
-(rdp._f32_sum_bound); docs/mathematics.md ("Float32 quadrature round-off")
+(rdp_quadrature._f32_node_bound), per weight (rdp_quadrature._f32_weight_bound) and for the sum
+(rdp_quadrature._f32_sum_bound); docs/mathematics.md ("Float32 quadrature round-off")
 has the proof. These tests check (1) the proof's one measured input, the
 float32 accuracy of XLA's exp/log/log1p/expm1, with a safety factor ≥ 2;
 (2) per node, the bound covers the float32 error against mpmath and is not
@@ -22,7 +22,7 @@ import pytest
 
 from jaxdp import rdp
 from reference import ref_sgm_rdp
-from jaxdp._src.kernels import rdp as rdp_impl
+from jaxdp._src.kernels import rdp_quadrature
 
 U = 2.0 ** -24
 SAFETY = 2.0   # assumed bound / worst measured error must be at least this
@@ -46,14 +46,14 @@ def _pow10(lo, hi, n, seed):
 
 
 def test_float32_function_accuracy_assumption():
-  """XLA's float32 exp, log, log1p and expm1 are within rdp._F32_TAU / SAFETY units of roundoff (u = 2^-24) over
+  """XLA's float32 exp, log, log1p and expm1 are within rdp_quadrature._F32_TAU / SAFETY units of roundoff (u = 2^-24) over
   the arguments the quadrature uses (normal range; dense grid incl. edges)."""
   n = 200_000
   small = np.concatenate([_pow10(-30, 0, n, 1), -_pow10(-30, -1e-4, n, 2)])
   cases = {
       "exp": [(jnp.exp, np.exp, _sample(-87.0, 88.0, n, 3))],
       "log": [(jnp.log, np.log, np.concatenate([_pow10(-37.9, 38, n, 4), _sample(0.5, 2.0, n, 5)]))],
-      # The float32 quadrature uses XLA's log1p primitive (rdp._log1p), not the
+      # The float32 quadrature uses XLA's log1p primitive (rdp_quadrature._log1p), not the
       # compensated nx.log1p, whose correction a compiled program can lose.
       "log1p": [(jnp.log1p, np.log1p, np.concatenate([small, _pow10(0, 30, n, 6)]))],
       "expm1": [(jnp.expm1, np.expm1, np.concatenate([_sample(-87.0, 88.0, n, 7), small]))],
@@ -61,7 +61,7 @@ def test_float32_function_accuracy_assumption():
   worst = {}
   for name, rows in cases.items():
     worst[name] = max(_max_rel_err(f32, f64, x) for f32, f64, x in rows)
-    assert worst[name] * SAFETY <= rdp_impl._F32_TAU[name], (name, worst[name])
+    assert worst[name] * SAFETY <= rdp_quadrature._F32_TAU[name], (name, worst[name])
   # Not vacuous: the functions really round (≥ 0.4 u somewhere).
   assert min(worst.values()) >= 0.4, worst
 
@@ -78,21 +78,21 @@ def _mp_node(q, s, a, z):
 
 
 def _node_values(q, s, a, z, with_bound):
-  """Float32 node log-values of rdp._log_integrand_f, compiled, with or
+  """Float32 node log-values of rdp_quadrature._log_integrand_f, compiled, with or
   without the proven bound (patched to 0 for the raw value)."""
-  saved = rdp_impl._f32_node_bound
+  saved = rdp_quadrature._f32_node_bound
   if not with_bound:
-    rdp_impl._f32_node_bound = lambda *args, **kw: 0.0
+    rdp_quadrature._f32_node_bound = lambda *args, **kw: 0.0
   try:
     def run(lq, l1, s, a, z):
-      o = rdp_impl._order_constants(a[:, None])
+      o = rdp_quadrature._order_constants(a[:, None])
       log_norm = (jnp.log(s) + 0.5 * math.log(2 * math.pi))[:, None]
-      return rdp_impl._log_integrand_f(z, o, (s * s)[:, None], lq[:, None], l1[:, None], log_norm)
+      return rdp_quadrature._log_integrand_f(z, o, (s * s)[:, None], lq[:, None], l1[:, None], log_norm)
     lq = np.log(q.astype(np.float64)).astype(np.float32)
     l1 = np.log1p(-q.astype(np.float64)).astype(np.float32)
     return np.asarray(jax.jit(run)(lq, l1, s, a, z), np.float64)
   finally:
-    rdp_impl._f32_node_bound = saved
+    rdp_quadrature._f32_node_bound = saved
 
 
 # The whole legal domain: q ∈ (0, 1), σ small to large, fractional α from

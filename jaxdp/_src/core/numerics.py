@@ -205,7 +205,7 @@ def softplus(x, xp=jnp):
 # op: error / (eps·magnitude) ≤ 0.59 where the parts cancel (|value| < 5% of
 # them), ≤ 0.99 elsewhere (relative error ≤ 1.7 eps, also inside rdp's
 # 256-ulp factor); compiled programs reached 1.7 apart from cases rdp's
-# float32 quadrature now covers by its own proven bound (rdp._f32_node_bound).
+# float32 quadrature now covers by its own proven bound (rdp_quadrature._f32_node_bound).
 _ROUNDING_ULPS = 2.0
 
 

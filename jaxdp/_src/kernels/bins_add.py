@@ -98,7 +98,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
-from jaxdp._src.kernels import rdp as _rdp
+from jaxdp._src.kernels import rdp_quadrature as _rdp_quadrature
 
 __all__ = ["log_neg_moment_upper"]
 
@@ -183,8 +183,8 @@ def _lse(x, axis=-1):
 
 def _bisect(f, lo, hi, iters):
   """Root of f with f(lo) > 0 > f(hi), vectorised (signs only): the midpoint
-  of :func:`jaxdp.rdp._bisect`'s final bracket."""
-  lo, hi = _rdp._bisect(f, lo, hi, iters)  # pylint: disable=protected-access
+  of :func:`jaxdp._src.kernels.rdp_quadrature._bisect`'s final bracket."""
+  lo, hi = _rdp_quadrature._bisect(f, lo, hi, iters)  # pylint: disable=protected-access
   return 0.5 * (lo + hi)
 
 

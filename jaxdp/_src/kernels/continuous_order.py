@@ -33,6 +33,8 @@ import numpy as np
 
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.kernels import rdp
+from jaxdp._src.kernels import rdp_convert
+from jaxdp._src.kernels import rdp_quadrature
 
 # Golden-section iterations (one RDP evaluation each). The bracket in
 # u = log(α-1) shrinks by 0.618 per iteration; 22 leave ~2e-5 of a grid gap,
@@ -47,8 +49,8 @@ def _value(kind, method, nodes, q, sigma, steps, x, alpha, xp=jnp):
   per = rdp.quadrature_rdp(q, sigma, alpha, nodes, xp)
   total = (steps * per)[:, None]
   if kind == "epsilon":
-    return rdp._to_epsilon(total, alpha[:, None], x, method, xp)[0]
-  return rdp._to_delta(total, alpha[:, None], x, xp)
+    return rdp_convert._to_epsilon(total, alpha[:, None], x, method, xp)[0]
+  return rdp_convert._to_delta(total, alpha[:, None], x, xp)
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "method", "nodes", "iterations",
@@ -156,7 +158,8 @@ def refine(kind, method, nodes, grid_value, orders, best_index, q, sigma, steps,
   return value, np.where(use_grid, grid_order, np.asarray(arg, np.float64))
 
 
-def minimum_over_all_orders(kind, method, q, sigma, steps, x, *, nodes=rdp._NODES_PER_WINDOW):
+def minimum_over_all_orders(kind, method, q, sigma, steps, x, *,
+                            nodes=rdp_quadrature._NODES_PER_WINDOW):
   """Jittable: the grid minimum over ``DEFAULT_ORDERS`` refined by
   :func:`golden_minimum` (what the host path computes, in one traced program;
   used by the sharded sweep kernels).
@@ -175,10 +178,10 @@ def minimum_over_all_orders(kind, method, q, sigma, steps, x, *, nodes=rdp._NODE
   o = jnp.asarray(orders, total.dtype)
   if kind == "epsilon":
     grid_value = rdp.to_epsilon(total, o, x, method)[0]
-    per_order = rdp._epsilon_per_order(total, o, x, method)[0]
+    per_order = rdp_convert._epsilon_per_order(total, o, x, method)[0]
   else:
     grid_value = rdp.to_delta(total, o, x)
-    per_order = rdp._log_delta_per_order(total, o, x)[0]
+    per_order = rdp_convert._log_delta_per_order(total, o, x)[0]
   k = jnp.argmin(per_order, axis=-1)
   lo = jnp.where(k > 0, o[jnp.maximum(k - 1, 0)], 1.0 + (o[0] - 1.0) / 4.0)
   hi = jnp.where(k < o.size - 1, o[jnp.minimum(k + 1, o.size - 1)], 2.0 * o[-1])

@@ -21,7 +21,7 @@ import numpy as np
 
 from jaxdp._src.kernels import bins_add as _bins_add
 from jaxdp._src.core import numerics as nx
-from jaxdp._src.kernels import rdp
+from jaxdp._src.kernels import rdp_common
 from jaxdp._src.kernels.rdp_wor import (_MAX_FD_ORDER, _check_common, _dtype_of, _expand_table, _log_forward_differences,
                             _lse, _np_lgamma)
 
@@ -196,7 +196,7 @@ def balls_in_bins_gaussian_epoch(dataset_size, batch_size, sigma, alpha, directi
     a = jnp.asarray(alpha).astype(dtype)
   rem, add = _bins_kernel(k, sigma, a, nmax=nmax, nbits=nbits, big=big)
   lm = {"remove": rem, "add": add, "both": jnp.maximum(rem, add)}[direction]
-  out = jnp.maximum(lm / jnp.where(a > 1.0, a - 1.0, 1.0), 0.0) * rdp._safety(dtype)
+  out = jnp.maximum(lm / jnp.where(a > 1.0, a - 1.0, 1.0), 0.0) * rdp_common._safety(dtype)
   out = jnp.where(jnp.isinf(a), jnp.inf, out)
   return jnp.where(a > 1.0, out, jnp.nan).astype(dtype)
 

@@ -23,6 +23,7 @@ from jax.scipy.special import gammaln
 
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.kernels import rdp
+from jaxdp._src.kernels import rdp_common
 from jaxdp._src.kernels.rdp_wor import _check_common, _dtype_of, _lse, _tol
 
 # Terms summed on each side of the binomial tail (static size).
@@ -356,7 +357,7 @@ def _truncated_impl(n, q, cap, sigma, alpha):
 
   out = jnp.maximum(mix(log_u_hi, log_t_lo), mix(log_u_lo, log_t_hi))
   out = jnp.where(jnp.isinf(eps1) | jnp.isinf(eps2), jnp.inf, out)
-  out = jnp.maximum(out, 0.0) * rdp._safety(dtype)
+  out = jnp.maximum(out, 0.0) * rdp_common._safety(dtype)
   # Never worse than one unsubsampled step of sensitivity 2 (joint convexity).
   out = jnp.minimum(out, rdp.gaussian(sigma / 2.0, a))
   out = jnp.where((q <= 0.0) | (cap <= 0.0), 0.0, out)

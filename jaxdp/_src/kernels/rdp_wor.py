@@ -22,6 +22,8 @@ import numpy as np
 
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.kernels import rdp
+from jaxdp._src.kernels import rdp_binomial
+from jaxdp._src.kernels import rdp_common
 
 # Forward differences of the Gaussian moments are computed up to this order
 # (WBK Thm 27 uses them up to order 256, as dp_accounting does; the exact
@@ -36,11 +38,11 @@ _WBK_MAX_TERMS = 1 << 16
 
 
 def _dtype_of(*xs):
-  return rdp._float_dtype(*(jnp.asarray(x) for x in xs))
+  return rdp_common._float_dtype(*(jnp.asarray(x) for x in xs))
 
 
 def _lse(x, axis=-1):
-  return rdp._logsumexp(x, axis=axis)
+  return rdp_common._logsumexp(x, axis=axis)
 
 
 def _tol(dtype):
@@ -189,7 +191,7 @@ def _wbk_log_a(log_q, sigma, a, fd, max_terms: int):
   i = jnp.asarray(i_np, dtype)
   ex = lambda x: x[..., None]
   valid = i <= ex(a)
-  log_binom, gamma_err = rdp._log_binomial(ex(a), i)
+  log_binom, gamma_err = rdp_binomial._log_binomial(ex(a), i)
   plain = math.log(2.0) + (i - 1.0) * i * ex(c)
   # i = 2: min(log 4 + log(e^{2c} - 1), 2c + log 2).
   b2 = jnp.minimum(math.log(4.0) + nx.log_expm1(2.0 * c), 2.0 * c + math.log(2.0))
@@ -317,7 +319,7 @@ def _wor_replace_one(q, sigma, alpha, max_terms):
   gauss = alpha / (2.0 * sigma * sigma)
   out = jnp.where(ok, jnp.minimum(wbk, gauss), gauss)
   out = jnp.where(q >= 1.0, gauss, out)
-  out = jnp.maximum(out, 0.0) * rdp._safety(dtype)
+  out = jnp.maximum(out, 0.0) * rdp_common._safety(dtype)
   out = jnp.where(q <= 0.0, 0.0, out)
   out = jnp.where(alpha > 1.0, out, jnp.nan)
   return out.astype(dtype)
