@@ -16,160 +16,33 @@ Examples::
 
 Exit status: 0 on success, 1 when some sweep rows (or a calibration) failed,
 2 on invalid arguments (one ``jaxdp: error: ...`` line on stderr).
+
+The argument parsing lives in :mod:`jaxdp._src.interfaces.cli_parser`, the
+``sweep`` command in :mod:`jaxdp._src.interfaces.cli_sweep`; this module holds
+the single-configuration commands and :func:`main`.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import decimal
-import json
 import math
-import os
 import sys
 import warnings
 from typing import List, Optional
 
 import numpy as np
 
+from jaxdp._src.interfaces.cli_parser import (_PROG, _Parser, _UsageError, _acc,
+                                              _add_calibrate_command, _add_delta_command,
+                                              _add_epsilon_command, _add_sweep_command, _fmt)
+from jaxdp._src.interfaces.cli_sweep import _cmd_sweep
+
 __all__ = ["main"]
-
-_PROG = "jaxdp"
-# Sweep columns: the five DP-SGD quantities (one is the unknown) and helpers.
-_QUANTITIES = ("epsilon", "delta", "sigma", "steps", "q")
-_HELPERS = ("batch_size", "dataset_size", "epochs")
-
-
-class _UsageError(Exception):
-  pass
-
-
-class _Parser(argparse.ArgumentParser):
-  """ArgumentParser whose errors are one line on stderr and exit status 2."""
-
-  def error(self, message):
-    raise _UsageError(f"{message} (see '{self.prog} --help')")
-
-
-def _fmt(x) -> str:
-  x = float(x)
-  if math.isinf(x) or math.isnan(x):
-    return str(x)
-  if x == int(x) and abs(x) <= 2**53:
-    return str(int(x))
-  return repr(x)
-
-
-# --------------------------------------------------------------------------
-# Argument parsing
-# --------------------------------------------------------------------------
-
-
-def _add_mechanism(p, *, sigma=True, q_steps=True):
-  g = p.add_argument_group("DP-SGD configuration (give --q/--steps, or the batch form)")
-  if q_steps:
-    g.add_argument("--q", type=float, help="sampling rate: probability that an example is in a "
-                   "batch (Poisson sampling), e.g. batch size / dataset size")
-    g.add_argument("--steps", type=_count_arg("steps"), help="number of noisy gradient steps")
-    g.add_argument("--batch-size", type=_count_arg("batch_size"), help="expected batch size B (with "
-                   "--dataset-size: q = B/N)")
-    g.add_argument("--dataset-size", type=_count_arg("dataset_size"), help="number of training examples N")
-    g.add_argument("--epochs", type=float, help="passes over the data: steps = epochs x "
-                   "steps per epoch (N // B for fixed, balls-in-bins and shuffle; "
-                   "round(1/q) for Poisson sampling, q = --q or B/N; "
-                   "jaxdp.sampling.epochs_to_steps)")
-  if sigma:
-    g.add_argument("--sigma", type=float, help="noise multiplier: Gaussian noise std divided "
-                   "by the clipping norm")
-  if q_steps:
-    g.add_argument("--sampler", choices=_SAMPLER_CHOICES, default=None,
-                   help="how batches were drawn (default: Poisson at rate --q). "
-                   "truncated-poisson needs --dataset-size, --batch-size (expected) and "
-                   "--capacity; fixed, balls-in-bins and shuffle need --dataset-size and "
-                   "--batch-size (balls-in-bins also --capacity)")
-    g.add_argument("--capacity", type=_count_arg("capacity"), default=None,
-                   help="static batch capacity B_MAX of truncated-poisson / balls-in-bins")
-    g.add_argument("--relation", choices=("add-remove", "replace-one"), default=None,
-                   help="neighbouring relation (fixed: default replace-one; others: default "
-                   "add-remove; balls-in-bins: add-remove only)")
-  p.add_argument("--accountant", choices=("rdp", "pld"), default=None,
-                 help="pld: privacy-loss distributions (tight; the default for Poisson "
-                 "sampling, printed with its certified interval or end and the RDP value; "
-                 "for plain --q from the general PLD engine, which has nothing to compile: "
-                 "jaxdp.epsilon(..., accountant='pld') uses the batched kernel, and the two "
-                 "certified values differ by at most the width of their certified "
-                 "intervals, e.g. 3.2e-4 at MNIST 60 epochs); "
-                 "rdp: Renyi DP (the default of samplers and with --orders or --tuning)")
-  _add_orders(p)
-
-
-def _add_orders(p):
-  p.add_argument("--orders", type=_orders_arg, default=None, metavar="A1,A2,...",
-                 help="RDP orders (comma-separated, each > 1; default: every real order "
-                 "alpha > 1, the minimum over the grid jaxdp.rdp.DEFAULT_ORDERS refined "
-                 "between its points, as jaxdp.epsilon)")
-
-
-def _count_arg(name):
-  """argparse type of a count (--steps, --batch-size, ...): parsed exactly
-  (not through a float), a whole number beyond 2**53 refused."""
-
-  def parse(text):
-    try:
-      return _exact(name, text, whole=True)
-    except ValueError as e:
-      raise argparse.ArgumentTypeError(str(e)) from None
-
-  parse.__name__ = name   # argparse names the type in its messages
-  return parse
-
-
-def _orders_arg(text):
-  try:
-    return tuple(float(x) for x in text.split(",") if x.strip())
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected comma-separated numbers; found {text!r}") from None
-
-
-def _fpr_list_arg(text):
-  """--tradeoff FPR[,FPR...] → tuple of FPRs in [0, 1]."""
-  try:
-    values = tuple(float(x) for x in text.split(",") if x.strip())
-  except ValueError:
-    values = ()
-  if not values or not all(0.0 <= v <= 1.0 for v in values):
-    raise argparse.ArgumentTypeError(
-        f"expected comma-separated false-positive rates in [0, 1]; found {text!r}")
-  return values
-
-
-_TUNING_SHAPES = {"poisson": math.inf, "geometric": 1.0, "logarithmic": 0.0}
-
-
-_TUNING_HELP = ("the epsilon of hyperparameter tuning: a random number K of such runs, only "
-                "the best released (Papernot-Steinke 2022). DIST is poisson:MEAN, "
-                "geometric:MEAN, logarithmic:MEAN or negative-binomial:MEAN,SHAPE "
-                "(MEAN = E[K] >= 1; dp_accounting's RepeatAndSelectDpEvent).")
-
-
-def _tuning_arg(text):
-  """--tuning DIST → (mean, shape) (dp_accounting's RepeatAndSelectDpEvent)."""
-  name, sep, params = text.partition(":")
-  name = name.strip().lower()
-  try:
-    values = [float(x) for x in params.split(",")] if sep else []
-  except ValueError:
-    values = None
-  if name in _TUNING_SHAPES and values is not None and len(values) == 1:
-    return values[0], _TUNING_SHAPES[name]
-  if name == "negative-binomial" and values is not None and len(values) == 2:
-    return values[0], values[1]
-  raise argparse.ArgumentTypeError(
-      f"expected poisson:MEAN, geometric:MEAN, logarithmic:MEAN or "
-      f"negative-binomial:MEAN,SHAPE; found {text!r}")
 
 
 def _build_parser() -> argparse.ArgumentParser:
+  """The ``jaxdp`` parser: its four commands (the subparsers of
+  :mod:`jaxdp._src.interfaces.cli_parser`), with this module's examples as its epilog."""
   parser = _Parser(
       prog=_PROG,
       description="Differential-privacy accounting for DP-SGD (Poisson-sampled Gaussian "
@@ -181,66 +54,10 @@ def _build_parser() -> argparse.ArgumentParser:
       formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-  p = sub.add_parser("epsilon", help="epsilon spent by a DP-SGD run at a given delta",
-                     description="Print the epsilon (an upper bound) of a DP-SGD run at the "
-                     "given delta.")
-  _add_mechanism(p)
-  p.add_argument("--delta", type=float, required=True, help="target delta, e.g. 1e-5 "
-                 "(typically below 1/dataset size)")
-  p.add_argument("--tuning", type=_tuning_arg, default=None, metavar="DIST",
-                 help="also print " + _TUNING_HELP + " Prints 'epsilon' (one run), then "
-                 "'epsilon_tuned'. Poisson --q with --accountant rdp only")
-  p.add_argument("--tradeoff", type=_fpr_list_arg, default=None, metavar="FPR[,FPR...]",
-                 help="also print the attack risk: for each false-positive rate FPR, certified "
-                 "bounds on the true-positive rate of the best membership-inference attack "
-                 "(f-DP trade-off curve from the tight PLD, whatever --accountant says). One "
-                 "line 'fpr=... tpr_upper=... tpr_lower=...' per FPR: no attack exceeds "
-                 "tpr_upper; tpr_lower is a lower bound on the optimal (symmetrised) test. "
-                 "Poisson sampling only")
-
-  p = sub.add_parser("delta", help="delta of a DP-SGD run at a given epsilon",
-                     description="Print the delta (an upper bound) of a DP-SGD run at the "
-                     "given epsilon.")
-  _add_mechanism(p)
-  p.add_argument("--epsilon", type=float, required=True, help="epsilon >= 0")
-
-  p = sub.add_parser("calibrate", help="solve for sigma, steps or sampling rate given a budget",
-                     description="Find the smallest noise multiplier (default), the largest "
-                     "number of steps, or the largest sampling rate that meets the budget "
-                     "(target epsilon, delta). The answer is checked: it never overspends.")
-  _add_mechanism(p)
-  p.add_argument("--target-epsilon", type=float, required=True, help="epsilon budget")
-  p.add_argument("--delta", type=float, required=True, help="delta, e.g. 1e-5")
-  p.add_argument("--solve", choices=("sigma", "steps", "sampling-rate"), default="sigma",
-                 help="the unknown (default: sigma)")
-  p.add_argument("--rtol", type=float, default=None, help="relative tolerance of the answer "
-                 "(default 1e-3 for the tight answer, 1e-6 otherwise)")
-
-  p = sub.add_parser(
-      "sweep", help="evaluate a CSV/JSON grid of configurations",
-      description="Read one configuration per row from a CSV (header line) or JSON (list of "
-      "objects) file with columns among: epsilon, delta, sigma, steps, q, batch_size, "
-      "dataset_size, epochs. In each row exactly one of epsilon, delta, sigma, steps, q must "
-      "be unknown (empty cell, null, or missing column); when sigma, steps or q is unknown, "
-      "epsilon is the target budget. q may be given as batch_size/dataset_size and steps as "
-      "epochs (steps = epochs x round(1/q), jaxdp.sampling.epochs_to_steps). Other columns "
-      "(ids, notes) are copied to the output unchanged. Whole numbers (steps, batch_size, "
-      "dataset_size) are read exactly; beyond 2**53 they are refused. Invalid rows are reported on stderr with their line number and skipped; the "
-      "exit status is 1 if any row failed.",
-      formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("grid", help="input file, .csv or .json")
-  p.add_argument("--out", required=True, help="output file, .csv or .json (all input columns, "
-                 "unrecognised ones unchanged, plus the solved ones)")
-  p.add_argument("--accountant", choices=("rdp", "pld"), default="rdp",
-                 help="rdp (default) or pld")
-  _add_orders(p)
-  p.add_argument("--tuning", type=_tuning_arg, default=None, metavar="DIST",
-                 help="for rows whose unknown is epsilon, also write the column "
-                 "'epsilon_tuned' (next to the per-run 'epsilon'): " + _TUNING_HELP +
-                 " --accountant rdp only")
-  p.add_argument("--progress", dest="progress", action="store_true", default=None,
-                 help="show a progress bar (default: when stderr is a terminal)")
-  p.add_argument("--no-progress", dest="progress", action="store_false")
+  _add_epsilon_command(sub)
+  _add_delta_command(sub)
+  _add_calibrate_command(sub)
+  _add_sweep_command(sub)
   return parser
 
 
@@ -351,16 +168,6 @@ def _print_tight(args, q, sigma, steps) -> None:
   print(f"{name}_rdp = {_fmt(rdp_up)}")
 
 
-def _acc(args):
-  """accountant/orders keyword arguments (orders only for RDP)."""
-  if args.orders is not None and args.accountant == "pld":
-    raise ValueError("--orders applies to --accountant rdp only.")
-  kw = dict(accountant=args.accountant)
-  if args.orders is not None:
-    kw["orders"] = np.asarray(args.orders)
-  return kw
-
-
 def _need(args, name, flag):
   v = getattr(args, name)
   if v is None:
@@ -368,7 +175,6 @@ def _need(args, name, flag):
   return v
 
 
-_SAMPLER_CHOICES = ("poisson", "truncated-poisson", "fixed", "balls-in-bins", "shuffle")
 _MAX_N = 2**31 - 1  # a placeholder dataset size where the event does not depend on N
 
 
@@ -553,258 +359,6 @@ def _cmd_calibrate(args) -> int:
             file=sys.stderr)
       return 1
     return 0
-
-
-# --------------------------------------------------------------------------
-# Sweep
-# --------------------------------------------------------------------------
-
-
-def _read_rows(path):
-  """Rows as (label, dict of str → raw value), plus the column order."""
-  ext = os.path.splitext(path)[1].lower()
-  if ext not in (".csv", ".json"):
-    raise ValueError(f"grid file must end in .csv or .json; found {path!r}.")
-  try:
-    with open(path, newline="") as f:
-      if ext == ".csv":
-        reader = csv.DictReader(f)
-        rows = []
-        for raw in reader:
-          rows.append((f"line {reader.line_num}", raw))
-        columns = list(reader.fieldnames or [])
-      else:
-        data = json.load(f, parse_float=decimal.Decimal)   # numbers exactly
-        if isinstance(data, dict) and "rows" in data:
-          data = data["rows"]
-        if not isinstance(data, list):
-          raise ValueError(f"JSON grid must be a list of objects; found {type(data).__name__}.")
-        rows, columns = [], []
-        for i, raw in enumerate(data, 1):
-          rows.append((f"entry {i}", raw))
-          if isinstance(raw, dict):
-            columns += [k for k in raw if k not in columns]
-  except OSError as e:
-    raise ValueError(f"cannot read {path!r}: {e.strerror or e}.") from None
-  except (json.JSONDecodeError, csv.Error, UnicodeDecodeError) as e:
-    raise ValueError(f"cannot parse {path!r}: {e}.") from None
-  return rows, columns
-
-
-# Columns and options holding whole numbers: parsed exactly (never through a
-# float, which rounds 2**53 + 1 to 2**53) and refused beyond 2**53.
-_INTEGER_COLUMNS = ("steps", "batch_size", "dataset_size")
-
-
-def _exact(name, value, whole=None):
-  """A number (int, float, Decimal or text) as float, refusing a whole number
-  beyond 2**53 (compared exactly) for the whole-number columns (``whole``;
-  default: ``name`` is one of them)."""
-  from jaxdp._src.core import numerics as nx  # pylint: disable=g-import-not-at-top
-  if isinstance(value, str):
-    try:
-      value = decimal.Decimal(value.strip())
-    except decimal.InvalidOperation:
-      raise ValueError(f"{name} must be a number; found {value!r}.") from None
-  if isinstance(value, decimal.Decimal):
-    if value.is_finite() and value == value.to_integral_value():
-      value = int(value)
-    else:
-      value = float(value)
-  if whole is None:
-    whole = name in _INTEGER_COLUMNS
-  if whole and isinstance(value, int):
-    nx.check_array(name, value, integer=True)
-  return float(value)
-
-
-def _number(name, raw):
-  if raw is None:
-    return None
-  if isinstance(raw, bool):
-    raise ValueError(f"{name} must be a number; found {raw!r}.")
-  if isinstance(raw, str) and raw.strip() == "":
-    return None
-  if isinstance(raw, (int, float, str, decimal.Decimal)):
-    return _exact(name, raw)
-  raise ValueError(f"{name} must be a number; found {raw!r}.")
-
-
-def _parse_row(raw):
-  """One row → (unknown, values dict). Raises ValueError with a clear message."""
-  from jaxdp._src.core import numerics as nx
-  if not isinstance(raw, dict):
-    raise ValueError(f"row must be an object of column: value; found {raw!r}.")
-  if None in raw:
-    raise ValueError("row has more cells than the header.")
-  v = {k: _number(k, raw.get(k)) for k in _QUANTITIES + _HELPERS}
-  ranges = dict(
-      epsilon=dict(low=0.0), delta=dict(low=0.0, high=1.0, low_open=True, high_open=True),
-      sigma=dict(low=0.0, low_open=True), steps=dict(low=0.0, integer=True),
-      q=dict(low=0.0, high=1.0), batch_size=dict(low=1.0), dataset_size=dict(low=1.0),
-      epochs=dict(low=0.0, low_open=True))
-  for k, kw in ranges.items():
-    if v[k] is not None:
-      nx.check_array(k, v[k], **kw)
-  b, n, e = v["batch_size"], v["dataset_size"], v["epochs"]
-  if v["q"] is None and b is not None:
-    if n is None:
-      raise ValueError("batch_size needs dataset_size (q = batch_size / dataset_size).")
-    if b > n:
-      raise ValueError(f"batch_size must not exceed dataset_size; found {b:g} > {n:g}.")
-    v["q"] = b / n
-  if v["steps"] is None and e is not None and v["q"] is not None:
-    # The one rule for epochs (jaxdp.sampling): E × round(1/q), Poisson sampling.
-    from jaxdp._src.samplers import sampling  # pylint: disable=g-import-not-at-top
-    k = sampling.poisson_steps_per_epoch(v["q"])
-    v["steps"] = float(sampling.epochs_to_steps(e, k)) if k is not None else 0.0
-    nx.check_array("steps (from epochs)", v["steps"], integer=True)
-  missing = [k for k in _QUANTITIES if v[k] is None]
-  if len(missing) != 1:
-    if not missing:
-      raise ValueError("nothing to compute: leave one of epsilon, delta, sigma, steps, q empty.")
-    raise ValueError(f"exactly one of epsilon, delta, sigma, steps, q must be unknown; "
-                     f"found {len(missing)} unknown ({', '.join(missing)}).")
-  unknown = missing[0]
-  if unknown == "epsilon" and v["delta"] is None:
-    raise ValueError("delta is required.")
-  if unknown != "delta" and unknown != "epsilon" and v["epsilon"] is None:
-    raise ValueError("epsilon (the target budget) is required.")
-  return unknown, v
-
-
-# The unknown → (jaxdp.sweep function, its positional arguments in order).
-_SOLVERS = {
-    "epsilon": ("epsilon", ("q", "sigma", "steps", "delta")),
-    "delta": ("delta", ("q", "sigma", "steps", "epsilon")),
-    "sigma": ("sigma", ("epsilon", "delta", "q", "steps")),
-    "steps": ("steps", ("epsilon", "delta", "q", "sigma")),
-    "q": ("sampling_rate", ("epsilon", "delta", "sigma", "steps")),
-}
-
-
-def _solve_group(unknown, vals, acc, progress):
-  from jaxdp._src.solvers import sweep
-  col = lambda k: np.array([r[k] for r in vals], np.float64)
-  accountant = acc["accountant"]
-  orders = acc.get("orders")
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore", RuntimeWarning)
-    fn, args = _SOLVERS[unknown]
-    return getattr(sweep, fn)(*(col(k) for k in args), accountant=accountant, orders=orders,
-                              progress=progress)
-
-
-def _tuned_epsilon(vals, per_run, tuning, orders):
-  """ε of the tuned release (repeat-and-select, :func:`jaxdp.tuning.epsilon`)
-  for rows whose unknown was epsilon, never below the per-run ε."""
-  from jaxdp._src import events
-  from jaxdp._src.solvers import tuning as tuning_mod
-  col = lambda k: np.array([r[k] for r in vals], np.float64)
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore", RuntimeWarning)
-    tuned = tuning_mod.epsilon(events.SampledGaussian(col("q"), col("sigma")), col("steps"),
-                               col("delta"), *tuning, orders=orders).tuned
-  # Both are upper bounds; the tuned release is never less private than one run.
-  return np.maximum(np.asarray(tuned, np.float64).reshape(-1), per_run)
-
-
-_EXTRA = "__extra__"   # a parsed row's other columns, copied to the output as read
-
-
-def _json_value(k, x):
-  if x is None:
-    return None
-  if k in _INTEGER_COLUMNS and math.isfinite(x):
-    return int(x)
-  return x if math.isfinite(x) else str(x)
-
-
-def _json_extra(x):
-  """A JSON value as read (numbers were parsed as Decimal: back to int/float)."""
-  if isinstance(x, decimal.Decimal):
-    return float(x)
-  if isinstance(x, list):
-    return [_json_extra(y) for y in x]
-  if isinstance(x, dict):
-    return {k: _json_extra(y) for k, y in x.items()}
-  return x
-
-
-def _write_rows(path, columns, rows):
-  ext = os.path.splitext(path)[1].lower()
-  if ext not in (".csv", ".json"):
-    raise ValueError(f"--out must end in .csv or .json; found {path!r}.")
-  try:
-    with open(path, "w", newline="") as f:
-      if ext == ".csv":
-        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-          extra = r.get(_EXTRA, {})
-          w.writerow({k: (("" if extra[k] is None else extra[k]) if k in extra else
-                          "" if r.get(k) is None else _fmt(r[k])) for k in columns})
-      else:
-        out = []
-        for r in rows:
-          extra = r.get(_EXTRA, {})
-          out.append({k: (_json_extra(extra[k]) if k in extra else _json_value(k, r.get(k)))
-                      for k in columns})
-        json.dump(out, f, indent=1)
-        f.write("\n")
-  except OSError as e:
-    raise ValueError(f"cannot write {path!r}: {e.strerror or e}.") from None
-
-
-def _cmd_sweep(args) -> int:
-  acc = _acc(args)
-  if args.tuning is not None:
-    if args.accountant != "rdp":
-      raise ValueError("--tuning needs --accountant rdp (the tuning theorems are RDP bounds).")
-    from jaxdp._src.solvers import tuning as tuning_mod
-    tuning_mod._distribution(*args.tuning)  # a bad MEAN or SHAPE: exit 2 before any work
-  rows, columns = _read_rows(args.grid)
-  progress = sys.stderr.isatty() if args.progress is None else args.progress
-  parsed = []
-  failed = 0
-  for label, raw in rows:
-    try:
-      unknown, vals = _parse_row(raw)
-    except ValueError as e:
-      print(f"{_PROG}: {args.grid}, {label}: {e} (row skipped)", file=sys.stderr)
-      failed += 1
-      continue
-    # Columns jaxdp does not read (ids, notes, ...) go to the output unchanged.
-    vals[_EXTRA] = {k: x for k, x in raw.items() if k not in _QUANTITIES + _HELPERS}
-    parsed.append((label, unknown, vals))
-  for unknown in _QUANTITIES:
-    group = [p for p in parsed if p[1] == unknown]
-    if not group:
-      continue
-    result = _solve_group(unknown, [g[2] for g in group], acc, progress)
-    if unknown == "epsilon" and args.tuning is not None:
-      tuned = _tuned_epsilon([g[2] for g in group], np.asarray(result, np.float64).reshape(-1),
-                             args.tuning, acc.get("orders"))
-      for (_, _, vals), value in zip(group, tuned):
-        vals["epsilon_tuned"] = float(value)
-    for (label, _, vals), value in zip(group, np.asarray(result).reshape(-1)):
-      vals[unknown] = float(value)
-      if unknown == "q" and vals["dataset_size"] is not None:
-        vals["batch_size"] = float(math.floor(value * vals["dataset_size"] + 1e-9))
-      if (unknown == "sigma" and math.isinf(value)) or (unknown == "q" and value == 0.0):
-        print(f"{_PROG}: {args.grid}, {label}: the target epsilon cannot be met "
-              f"({unknown} = {_fmt(value)})", file=sys.stderr)
-        failed += 1
-  out_cols = list(columns) + [k for k in _QUANTITIES if k not in columns]
-  if any(p[1] == "q" and p[2]["dataset_size"] is not None for p in parsed) and \
-      "batch_size" not in out_cols:
-    out_cols.append("batch_size")
-  if args.tuning is not None and "epsilon_tuned" not in out_cols:
-    out_cols.insert(out_cols.index("epsilon") + 1, "epsilon_tuned")
-  _write_rows(args.out, out_cols, [p[2] for p in parsed])
-  print(f"{_PROG}: wrote {len(parsed)} row(s) to {args.out}"
-        + (f"; {failed} row(s) failed" if failed else ""), file=sys.stderr)
-  return 1 if failed else 0
 
 
 # --------------------------------------------------------------------------
