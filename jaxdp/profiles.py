@@ -1,6 +1,8 @@
-"""Public ``jaxdp.profiles``: re-exports :mod:`jaxdp._src.kernels.profiles` (its docstring is this module's)."""
+"""Public ``jaxdp.profiles``: re-exports :mod:`jaxdp._src.kernels.profiles` and
+:mod:`jaxdp._src.kernels.profiles_amplify` (the first's docstring is this module's)."""
 
 from jaxdp._src.kernels import profiles as _impl
+from jaxdp._src.kernels import profiles_amplify as _amplify
 from jaxdp._src.kernels.profiles import (  # noqa: F401
     gaussian,
     gaussian_log_delta,
@@ -11,6 +13,9 @@ from jaxdp._src.kernels.profiles import (  # noqa: F401
     laplace_group,
     sampled_gaussian,
     sampled_gaussian_log_delta,
+    analytic_gaussian_sigma,
+)
+from jaxdp._src.kernels.profiles_amplify import (  # noqa: F401
     hockey_stick,
     log_hockey_stick,
     amplify_poisson,
@@ -18,10 +23,10 @@ from jaxdp._src.kernels.profiles import (  # noqa: F401
     amplify_with_replacement,
     randomized_response,
     randomized_membership,
-    analytic_gaussian_sigma,
 )
 from jaxdp._src.core.public import adopt as _adopt
 
 __doc__ = _impl.__doc__
-__all__ = list(_impl.__all__)
-_adopt(__name__, _impl, globals(), __all__)
+# The order of the original single module.
+__all__ = [*_impl.__all__[:9], *_amplify.__all__, *_impl.__all__[9:]]
+_adopt(__name__, (_impl, _amplify), globals(), __all__)
