@@ -24,7 +24,8 @@ dp_accounting = pytest.importorskip("dp_accounting")
 from dp_accounting import dp_event as E  # noqa: E402
 from dp_accounting import privacy_accountant as PA  # noqa: E402
 from dp_accounting.pld import pld_privacy_accountant as PLDA  # noqa: E402
-from jaxdp._src.pld import general as G_impl
+from jaxdp._src.pld import general_compose as G_compose
+from jaxdp._src.pld import general_readout as G_readout
 
 
 # --------------------------------------------------------------------------
@@ -450,7 +451,7 @@ def test_automatic_grid_growth_reads_the_grown_grid(monkeypatch):
   must bracket the one computed on a fixed grid, and the true δ from the
   Gaussian closed form (q = 1 here: the exact reference)."""
   from scipy import stats
-  monkeypatch.setattr(G_impl, "_MAX_WINDOW", 2 ** 14)
+  monkeypatch.setattr(G_compose, "_MAX_WINDOW", 2 ** 14)
   sigma, steps = 4.0, 400
   from jaxdp import events as E, mechanisms
   pairs = [(mechanisms.dominating_pairs(E.Gaussian(sigma)), steps)]
@@ -477,7 +478,7 @@ def test_discounted_suffix_sums_match_the_sequential_recursion(n, c):
   ref = np.zeros(n + 1, np.longdouble)
   for i in range(n - 1, -1, -1):
     ref[i] = np.longdouble(w[i]) + np.longdouble(c) * ref[i + 1]
-  got = G_impl.discounted_suffix_sums(w, c)
+  got = G_readout.discounted_suffix_sums(w, c)
   rel = np.abs(got.astype(np.longdouble) - ref[:n]) / np.maximum(ref[:n], 1e-300)
   assert float(rel.max()) <= 2 * (n + 4) * np.finfo(np.float64).eps
 
@@ -489,7 +490,7 @@ def test_fast_fft_lengths_are_the_smallest_5_smooth():
         m //= p
     return m == 1
   for n in range(1, 2000):
-    got = G_impl._next_fast_len(n)
+    got = G_compose._next_fast_len(n)
     assert got >= n and smooth(got)
     assert not any(smooth(m) for m in range(n, got))
 
@@ -502,7 +503,7 @@ def test_overflowed_error_bound_is_infinite_not_nan():
   allowance of an overflowed bound is +inf, never NaN."""
   import types
   comp = types.SimpleNamespace(dist=types.SimpleNamespace(err=np.inf, logc=0.0), lam=10.0)
-  got = G_impl._allowance(comp, np.array([1e3, 0.0]))
+  got = G_readout._allowance(comp, np.array([1e3, 0.0]))
   assert np.all(np.isinf(got)) and not np.any(np.isnan(got))
   comp.dist.err = 1e-20
-  np.testing.assert_allclose(G_impl._allowance(comp, np.array([0.0])), [1e-20])
+  np.testing.assert_allclose(G_readout._allowance(comp, np.array([0.0])), [1e-20])

@@ -36,7 +36,7 @@ def _full_node_values(w, h):
   suffix sums of jaxdp.pld_general (the read-out's previous algorithm, kept
   here as a reference; checked below against direct sums and the plain
   recursion)."""
-  from jaxdp._src.pld.general import discounted_suffix_sums
+  from jaxdp._src.pld.general_readout import discounted_suffix_sums
   w = np.asarray(w, np.float64)
   nxt = lambda x: np.append(x[1:], 0.0)  # noqa: E731
   s = math.exp(-h) * nxt(discounted_suffix_sums(w, math.exp(-h)))

@@ -18,7 +18,7 @@ The returned upper bound uses the pessimistic side, ``return_bounds=True`` also
 returns the optimistic one. Losses are assumed accurate to the pairs' ``tau``; the
 composed loss is shifted by Σ count·tau in the safe direction.
 
-Composition. Each phase's ``count``-fold power by repeated squaring (about
+Composition (:mod:`jaxdp._src.pld.general_compose`). Each phase's ``count``-fold power by repeated squaring (about
 2·log2(count) linear convolutions by real FFT in float64), then the phases are
 convolved together. After every convolution the result is cut to a window from
 Chernoff bounds, P(S > a) <= E[e^{λS}] e^{-λa} (and the lower tail alike), with
@@ -42,7 +42,7 @@ E·e^{logc - λε} of δ at ε (only losses above ε count): relative to δ near
 query, which the pessimistic δ adds and the optimistic δ subtracts. Suffix
 sums carry a relative (n + 4)·2u margin.
 
-ε from δ: the smallest ε >= 0 with δ_upper(ε) <= δ, solved exactly on each grid
+ε from δ (:mod:`jaxdp._src.pld.general_readout`): the smallest ε >= 0 with δ_upper(ε) <= δ, solved exactly on each grid
 interval from discounted suffix sums D_i = Σ_{m>=i} ω_m e^{-(ℓ_m - ℓ_i)} (no
 e^{+ℓ}, no overflow; the allowance taken at the interval's left end); +∞ where
 the +∞ mass and the allowance alone reach δ. The lower bound is the last ε
@@ -71,33 +71,21 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import NamedTuple
 
 import numpy as np
-from scipy import special as sps
 
 from jaxdp._src.kernels import guards as _guards
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.mechanisms import discretise as _pairs_discretise
 from jaxdp._src.mechanisms import pairs as _pairs
+from jaxdp._src.pld import general_compose as _general_compose
+from jaxdp._src.pld.general_compose import _TooLarge, _compose
+from jaxdp._src.pld.general_readout import _delta_of, _epsilon_of
 
 __all__ = ["epsilon", "delta", "grid_interval", "loss_variance", "GridTooLarge"]
 
-_EPS = float(np.finfo(np.float64).eps)
 _KAPPA = 1e-22           # total Chernoff-certified tail mass sent to +inf
-_MAX_WINDOW = 2 ** 22    # largest composed window
 _H_MIN, _H_MAX = 1e-7, 0.05
-_LAMBDAS = np.geomspace(1e-4, 1e6, 160)
-
-
-class _Dist(NamedTuple):
-  lo: int               # loss index of p[0]
-  p: np.ndarray         # tilted weights, max 1: w_i = p_i e^{logc - λ ℓ_i}
-  logc: float
-  err: float            # L1 round-off allowance, in the units of p
-  cvec: np.ndarray      # composition counts per phase
-  off: float = 0.0      # loss of index i is off + (lo + i)·h
-
 
 def _validate(phases):
   try:
@@ -121,10 +109,6 @@ def _validate(phases):
 # --------------------------------------------------------------------------
 # discretisation and grid choice
 # --------------------------------------------------------------------------
-
-
-class _TooLarge(Exception):
-  pass
 
 
 class GridTooLarge(ValueError):
@@ -203,367 +187,6 @@ def grid_interval(phases, rtol=1e-3):
 
 
 # --------------------------------------------------------------------------
-# composition
-# --------------------------------------------------------------------------
-
-
-class _Ctx:
-  """Per-direction composition context: one-step log-MGFs, κ per cut, the tilt λ."""
-
-  def __init__(self, pess, h, kappa_cut):
-    self.h = h
-    self.log_kappa = math.log(kappa_cut)
-    self.kappa_cut = kappa_cut
-    self.cut_mass = 0.0
-    lm_pos, lm_neg, lo, hi = [], [], [], []
-    for pmf in pess:
-      p, n = pmf.p, pmf.p.size
-      b = max(1, -(-n // 4096))
-      nb = -(-n // b)
-      pad = np.zeros(nb * b)
-      pad[:n] = p
-      mass = pad.reshape(nb, b).sum(1)
-      top = (pmf.lo + np.minimum(np.arange(nb) * b + b - 1, n - 1)) * h
-      bot = (pmf.lo + np.arange(nb) * b) * h
-      with np.errstate(divide="ignore"):
-        lmass = np.log(mass)
-      lm_pos.append(sps.logsumexp(lmass + _LAMBDAS[:, None] * top, axis=1))
-      lm_neg.append(sps.logsumexp(lmass - _LAMBDAS[:, None] * bot, axis=1))
-      lo.append(pmf.lo)
-      hi.append(pmf.lo + n - 1)
-    self.lm_pos, self.lm_neg = np.array(lm_pos), np.array(lm_neg)
-    self.lo, self.hi = np.array(lo), np.array(hi)
-    self.lam = 0.0
-
-  def window(self, cvec, off):
-    """Index window (grid off + i·h) outside which the exact partial product
-    of the pessimistic PMFs has <= κ per tail (Chernoff)."""
-    a = np.min((_dot(cvec, self.lm_pos) - self.log_kappa) / _LAMBDAS)
-    b = np.max((self.log_kappa - _dot(cvec, self.lm_neg)) / _LAMBDAS)
-    top = math.ceil((a - off) / self.h) if math.isfinite(a) else 2 ** 62
-    bot = math.floor((b - off) / self.h) - 1 if math.isfinite(b) else -2 ** 62
-    return bot, max(top, bot)
-
-  def choose_tilt(self, cvec, max_lam, log_delta=None, eps=None):
-    """λ >= 0 of the Chernoff bound at the focus: round-off in the tilted PMF
-    becomes relative to δ there (see :func:`_conv`). λ·(window width) stays
-    below 600 so that the tilted window does not underflow."""
-    lm = _dot(cvec, self.lm_pos)
-    if log_delta is not None:
-      score = (lm - log_delta) / _LAMBDAS     # Chernoff ε at the target δ
-    elif math.isfinite(eps):
-      score = lm - _LAMBDAS * eps             # Chernoff log δ at the smallest ε
-    else:
-      score = np.full(lm.shape, np.inf)
-    score = np.where(np.isfinite(score) & (_LAMBDAS <= max_lam), score, np.inf)
-    i = int(np.argmin(score))
-    self.lam = float(_LAMBDAS[i]) if (np.isfinite(score[i]) and (log_delta is not None or score[i] < 0)) else 0.0
-
-
-def _l2(x):
-  return math.sqrt(float(np.sum(x * x)))   # no BLAS: threads fight on shared cores
-
-
-def _dot(c, m):
-  return np.sum(np.asarray(c)[:, None] * m, axis=0) if np.ndim(m) == 2 else float(np.sum(c * m))
-
-
-def _tilted(pmf, lam, h, cvec):
-  """One-step PMF as a tilted, max-normalised array: w_i = p_i e^{logc - λ ℓ_i}."""
-  ell = pmf.offset + (pmf.lo + np.arange(pmf.p.size)) * h
-  with np.errstate(divide="ignore"):
-    lt = np.log(pmf.p) + lam * ell
-  top = float(lt.max()) if np.isfinite(lt.max()) else 0.0
-  p = np.exp(lt - top)
-  return _Dist(pmf.lo, p, top, 4 * _EPS * float(p.sum()), cvec, pmf.offset)  # exp rounding
-
-
-def _conv(a, b, pess, ctx):
-  """Linear convolution by real FFT, round-off bound, window cut, renormalisation.
-
-  Exponential tilting commutes with convolution, (a e^{λℓ}) * (b e^{λℓ}) =
-  (a*b) e^{λℓ}, so the arrays are the tilted PMFs scaled to max 1 and the L1
-  error bound ``err`` lives in those units: at ε it is worth
-  err·e^{logc - λε} of δ, tiny next to δ near the focus of the tilt.
-  """
-  n = a.p.size + b.p.size - 1
-  nfft = _next_fast_len(n)
-  if nfft > 2 * _MAX_WINDOW:
-    raise _TooLarge(nfft)
-  fa = np.fft.rfft(a.p, nfft)
-  fb = fa if b is a else np.fft.rfft(b.p, nfft)
-  z = np.fft.irfft(fa * fb, nfft)[:n]
-  ma, mb = a.p.sum(), b.p.sum()
-  l2a, l2b = _l2(a.p), _l2(b.p)
-  lg = math.ceil(math.log2(nfft))
-  err = 2 * math.sqrt(nfft) * (lg * 4 * _EPS * (l2a * mb + ma * l2b + _l2(z))
-                               + 3 * _EPS * ma * l2b)
-  err += a.err * (mb + b.err) + b.err * ma + n * 1e-300   # + underflowed entries
-  z = np.maximum(z, 0.0)
-  cvec = a.cvec + b.cvec
-  lo = a.lo + b.lo
-  off = a.off + b.off
-  bot, top = ctx.window(cvec, off)
-  bot, top = max(bot, lo), min(top, lo + n - 1)
-  if top < bot:
-    bot = top = min(max(bot, lo), lo + n - 1)
-  i0, i1 = bot - lo, top - lo
-  if pess:   # both cut tails dropped; their exact mass (<= κ each) goes to +inf
-    ctx.cut_mass += ctx.kappa_cut * ((i0 > 0) + (i1 < n - 1))
-  kept = z[i0:i1 + 1]
-  mx = float(kept.max()) if kept.size and kept.max() > 0 else 1.0
-  return _Dist(bot, kept / mx, a.logc + b.logc + math.log(mx), err / mx, cvec, off)
-
-
-def _power(base, count, pess, ctx):
-  result = None
-  while True:
-    if count & 1:
-      result = base if result is None else _conv(result, base, pess, ctx)
-    count >>= 1
-    if not count:
-      return result
-    base = _conv(base, base, pess, ctx)
-
-
-def _n_convs(counts):
-  return sum(c.bit_length() - 1 + bin(c).count("1") - 1 for c in counts) + len(counts) - 1
-
-
-class _Composed(NamedTuple):
-  dist: _Dist
-  inf: float
-  lam: float
-
-
-def _inf_mass(pmfs, counts, side):
-  """+inf mass of the full product: Π (M_j + inf_j)^c - Π M_j^c (M finite mass)."""
-  lm = sum(c * math.log(max(pp[side].p.sum(), 1e-300)) for pp, c in zip(pmfs, counts))
-  lr = sum(c * math.log1p(pp[side].inf / max(pp[side].p.sum(), 1e-300)) for pp, c in zip(pmfs, counts))
-  return math.exp(lm) * math.expm1(lr)
-
-
-def _compose(pmfs, counts, h, kappa, focus, sides=(0, 1)):
-  """Composes one direction; ``pmfs`` are (pessimistic, optimistic) per phase.
-
-  ``sides`` picks the pessimistic (0) and/or optimistic (1) composition; a
-  side left out comes back as None. The pessimistic result does not depend on
-  whether the optimistic side is composed (same grid, tilt and cuts)."""
-  k = len(counts)
-  ctx = _Ctx([pp for pp, _ in pmfs], h, kappa / max(1, 2 * _n_convs(counts)))
-  cv = np.asarray(counts, np.float64)
-  bot, top = ctx.window(cv, 0.0)
-  bot, top = max(bot, int(_dot(cv, ctx.lo))), min(top, int(_dot(cv, ctx.hi)))
-  if top - bot + 1 > _MAX_WINDOW:
-    raise _TooLarge(top - bot + 1)
-  ctx.choose_tilt(cv, max_lam=600.0 / max((top - bot + 1) * h, 1e-300), **focus)
-
-  def one(side):   # only the pessimistic side writes to ctx (its cut mass)
-    total = None
-    for j, (pmf_pair, count) in enumerate(zip(pmfs, counts)):
-      base = _tilted(pmf_pair[side], ctx.lam, h, np.eye(k)[j])
-      part = _power(base, count, side == 0, ctx)
-      total = part if total is None else _conv(total, part, side == 0, ctx)
-    inf = _inf_mass(pmfs, counts, side)
-    # a dropped tail meets later factors of total mass 1 + O(1e-9): x1.01 covers it
-    inf = (inf * (1 + 1e-12) + 1.01 * ctx.cut_mass) if side == 0 else inf * (1 - 1e-12)
-    return _Composed(total, min(inf, 1.0), ctx.lam)
-
-  out = [None, None]
-  for side, comp in zip(sides, nx.thread_map(one, sides, jax_work=False)):
-    out[side] = comp
-  shift = float(sum(c * pp.tau for (pp, _), c in zip(pmfs, counts)))
-  return out[0], out[1], shift
-
-
-# --------------------------------------------------------------------------
-# δ(ε) and ε(δ) on a composed PMF
-# --------------------------------------------------------------------------
-
-
-def _smooth_lengths(limit=1 << 26):
-  """Sorted 5-smooth numbers (2^a 3^b 5^c) up to ``limit``: fast FFT lengths."""
-  out = []
-  p5 = 1
-  while p5 <= limit:
-    p35 = p5
-    while p35 <= limit:
-      p = p35
-      while p <= limit:
-        out.append(p)
-        p *= 2
-      p35 *= 3
-    p5 *= 5
-  return np.array(sorted(out), np.int64)
-
-
-_FAST_LENGTHS = _smooth_lengths()
-
-
-def _next_fast_len(n):
-  """Smallest 5-smooth length >= n (NumPy's pocketfft is fastest there)."""
-  i = int(np.searchsorted(_FAST_LENGTHS, n))
-  return int(_FAST_LENGTHS[i]) if i < _FAST_LENGTHS.size else n
-
-
-_BLOCK = 16
-
-
-def discounted_suffix_sums(w, c):
-  """D_i = Σ_{m>=i} w_m c^{m-i} for w >= 0 and 0 <= c <= 1, in NumPy.
-
-  The first-order recursion D_i = w_i + c·D_{i+1} in blocks of 16: a block's
-  own part is one product with the triangular matrix of powers c^k, and the
-  carries between blocks (factor c^16) are the same problem, 16 times
-  shorter, solved recursively. Every term is non-negative and every power is
-  computed directly (exp(k·log c)), so the relative rounding error stays
-  below (log_16(n) + 3)·16 ulps, well inside the (n + 4)·2u margin that
-  :func:`_suffix` applies for sequential summation.
-
-  Args:
-    w: 1-D float64 array of non-negative weights.
-    c: discount factor in [0, 1].
-
-  Returns:
-    Float64 array D of w's shape.
-  """
-  w = np.asarray(w, np.float64)
-  n = w.size
-  if n <= 1:
-    return w.copy()
-  b = _BLOCK
-  nb = -(-n // b)
-  x = np.zeros(nb * b)
-  x[:n] = w
-  x = x.reshape(nb, b)
-  k = np.arange(b)
-  with np.errstate(divide="ignore", under="ignore", invalid="ignore"):
-    log_c = math.log(c) if c > 0 else -np.inf
-    gap = k[None, :] - k[:, None]            # m - i within a block
-    tri = np.where(gap >= 0, np.exp(np.where(gap >= 0, gap, 0) * log_c), 0.0)
-    tri = np.where((gap == 0), 1.0, tri)
-    local = x @ tri.T                        # D within each block, no carry
-    tail = np.exp((b - k) * log_c) if c > 0 else (k == b).astype(np.float64)
-  # carry[j] = D at the first element of block j + 1 (0 for the last block).
-  heads = local[:, 0]
-  carry = np.zeros(nb)
-  if nb > 1:
-    carry[:-1] = discounted_suffix_sums(heads[1:], c**b if c > 0 else 0.0)
-  return (local + carry[:, None] * tail[None, :]).reshape(-1)[:n]
-
-
-def _suffix(comp, h, pess):
-  """Original-scale weights' suffix sums S1_i = Σ_{m>=i} w_m and discounted
-  D_i = Σ_{m>=i} w_m e^{-(ℓ_m - ℓ_i)}, with a relative (n + 4)·2u margin."""
-  d = comp.dist
-  n = d.p.size
-  ell = d.off + (d.lo + np.arange(n)) * h
-  with np.errstate(divide="ignore", over="ignore"):
-    w = np.exp(np.log(d.p) + d.logc - comp.lam * ell)
-  s1 = np.append(np.cumsum(w[::-1])[::-1], 0.0)
-  dd = np.append(discounted_suffix_sums(w, math.exp(-h)), 0.0)
-  g = 2 * (n + 4) * _EPS
-  return ((s1 * (1 + g), dd * (1 - g)) if pess else (s1 * (1 - g), dd * (1 + g))), ell
-
-
-def _allowance(comp, eps):
-  """Round-off allowance of δ at ε: Σ_{ℓ>ε} e^{logc - λℓ}|err_ℓ| <= err·e^{logc - λε} (λ >= 0).
-
-  An error bound that overflowed (err = +inf, e.g. renormalising by a
-  subnormal maximum) stays +inf where the exponential underflows (inf·0
-  was NaN: the guards then rejected the answer)."""
-  with np.errstate(over="ignore", invalid="ignore"):
-    out = comp.dist.err * np.exp(comp.dist.logc - comp.lam * np.asarray(eps, np.float64))
-  return np.where(np.isnan(out), np.inf, out)
-
-
-def _finite_delta(comp, h, eps, pess, suffix=None):
-  (s1, d), _ = _suffix(comp, h, pess) if suffix is None else suffix
-  dist = comp.dist
-  n = dist.p.size
-  # The first node strictly above ε; a node within 1e-9 h of ε contributes
-  # ~0 either way: kept by the pessimistic side, dropped by the optimistic.
-  i = np.clip(np.floor((eps - dist.off) / h - dist.lo + (-1e-9 if pess else 1e-9)).astype(np.int64) + 1,
-              0, n)
-  li = dist.off + (dist.lo + i) * h
-  with np.errstate(over="ignore", invalid="ignore"):
-    fin = np.where(i < n, s1[i] - np.exp(np.minimum(eps - li, 0.0)) * d[i], 0.0)
-  return np.nan_to_num(np.maximum(fin, 0.0), nan=np.inf)
-
-
-def _delta_of(comp, h, eps, pess, shift):
-  e = eps - shift if pess else eps + shift
-  fin = _finite_delta(comp, h, np.where(np.isinf(e), 0.0, e), pess)
-  fin = np.where(np.isinf(e), 0.0, fin)
-  al = np.where(np.isinf(e), 0.0, _allowance(comp, np.where(np.isinf(e), 0.0, e)))
-  if pess:
-    return np.minimum(fin + comp.inf + al, 1.0)
-  return np.clip(fin + comp.inf - al, 0.0, 1.0)
-
-
-def _epsilon_of(comp, h, target, pess, shift):
-  """ε bound at δ = ``target`` on one composed side.
-
-  On grid interval i, ε in [left_i, ℓ_i] with left_i = max(ℓ_{i-1}, 0), the
-  allowance is taken at left_i (its maximum there). Pessimistic: the upper
-  function U(ε) = fin(ε) + inf + A is non-increasing, so the first ε with
-  U <= δ is an upper bound on ε. Optimistic: L(ε) = fin(ε) + inf - A <= true
-  δ, and every ε with L(ε) > δ lies below the true ε, so the last crossing is
-  a lower bound.
-  """
-  suffix = _suffix(comp, h, pess)
-  (s1, d), ell = suffix
-  n = ell.size
-  tt = target.ravel()
-  left = np.maximum(np.append(-np.inf, ell[:-1]), 0.0)
-  with np.errstate(invalid="ignore", over="ignore"):
-    node = s1[1:] - math.exp(-h) * d[1:]                 # finite δ at ε = ℓ_i
-    fin_left = np.append(_finite_delta(comp, h, np.array([0.0]), pess, suffix), node[:-1])
-    fin_left = np.where(np.append(True, ell[:-1] <= 0), fin_left[0], fin_left)
-    a_left = _allowance(comp, left)
-    if pess:
-      val = np.nan_to_num(fin_left + comp.inf + a_left, nan=np.inf)      # U at left_i
-      need = comp.inf + a_left
-    else:
-      val = np.nan_to_num(fin_left + comp.inf - a_left, nan=-np.inf)     # L at left_i
-      need = comp.inf - a_left
-  valid = ell > 0                                          # intervals meeting ε >= 0
-  if pess:
-    # first interval whose right end is already <= δ (U non-increasing)
-    right = np.where(valid, np.nan_to_num(node + need, nan=np.inf), np.inf)
-    nm = np.minimum.accumulate(right)
-    i = np.minimum(np.searchsorted(-nm, -tt, side="left"), n - 1)
-    found = nm[i] <= tt
-  else:
-    # last interval whose left end is still > δ (L may not be monotone)
-    vmax = np.maximum.accumulate(np.where(valid, val, -np.inf)[::-1])[::-1]
-    i = np.searchsorted(-vmax, -tt, side="left") - 1       # last i with vmax[i] > tt
-    i = np.clip(i, 0, n - 1)
-    found = (vmax[0] > tt) if n else np.zeros(tt.shape, bool)
-    beyond = comp.inf - _allowance(comp, ell[-1]) > tt       # L past the window
-  ti = tt - need[i]
-  with np.errstate(divide="ignore", invalid="ignore"):
-    e = ell[i] + np.log(np.maximum(s1[i] - ti, 0.0) / d[i])
-  e = np.where(d[i] > 0, np.nan_to_num(e, nan=-np.inf), ell[i])
-  e = np.minimum(np.maximum(e, left[i]), ell[i])
-  if pess:
-    out = np.where(found, e, np.inf)
-    if valid.any():
-      out = np.where(found & (val[np.argmax(valid)] <= tt), left[np.argmax(valid)], out)
-    else:   # no finite loss above 0: δ(ε >= 0) is the +inf mass (and allowance)
-      out = np.where(comp.inf + _allowance(comp, 0.0) <= tt, 0.0, np.inf)
-    out = out.reshape(target.shape) + shift
-    for _ in range(4):
-      out = np.nextafter(out, np.inf)
-    return out
-  out = np.where(found, e, 0.0)
-  out = np.where(beyond | (comp.inf > tt), np.inf, out).reshape(target.shape) - shift
-  for _ in range(4):
-    out = np.where(np.isfinite(out), np.nextafter(out, -np.inf), out)
-  return np.maximum(out, 0.0)
-
-
-# --------------------------------------------------------------------------
 # entry points
 # --------------------------------------------------------------------------
 
@@ -592,13 +215,14 @@ def _run(phases, h, automatic, kappa, fn, focus, sides=(0, 1)):
       if not automatic:
         raise ValueError(
             f"value_discretization_interval={h!r} needs a grid beyond the memory budget "
-            f"({e} points; at most {_MAX_WINDOW} composed); use a larger interval.") from None
+            f"({e} points; at most {_general_compose._MAX_WINDOW} composed); "
+            "use a larger interval.") from None
       if h >= _H_AUTO_LIMIT:
         raise GridTooLarge(
             f"phases: the tight (PLD) accountant cannot compose these phases within its "
             f"memory budget ({e} grid points at the coarsest automatic interval, at most "
-            f"{_MAX_WINDOW}): the privacy loss spans too wide a range (very small noise "
-            "or very many steps); use an RDP accountant for this question.") from None
+            f"{_general_compose._MAX_WINDOW}): the privacy loss spans too wide a range "
+            "(very small noise or very many steps); use an RDP accountant for this question.") from None
       h = min(2.0 * h, _H_AUTO_LIMIT)
 
 

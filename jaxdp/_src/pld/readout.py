@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from jaxdp._src.pld import tilt as _pld_tilt
-from jaxdp._src.pld.general import discounted_suffix_sums
+from jaxdp._src.pld.general_readout import discounted_suffix_sums
 
 _EPS = float(np.finfo(np.float64).eps)
 
@@ -79,7 +79,7 @@ def _local_sums(w, h):
   return _revcumsum(-np.expm1(-h) * nxt), np.exp(-h) * nxt
 
 
-def _last_true(x):
+def _last_true_index(x):
   """Index of the last True along the last axis (-1 where none is)."""
   n = x.shape[-1]
   return np.where(x.any(axis=-1), n - 1 - np.argmax(x[..., ::-1], axis=-1), -1)
@@ -176,7 +176,7 @@ def epsilon_on_windows(w, length, start, h, inf_mass, targets, lower=False, per_
   d_raw, i_blk = _coarse(x, h, length)
   first = np.arange(nb) * b
   d_blk = np.where(first < length[:, None], adjust(d_raw, first, (m, nb)), -np.inf)
-  kb = _last_true(np.swapaxes(d_blk[:, :, None] > targets[:, None, :], 1, 2))   # (m, K)
+  kb = _last_true_index(np.swapaxes(d_blk[:, :, None] > targets[:, None, :], 1, 2))   # (m, K)
   # Fine pass: every node of each target's block.
   kbc = np.maximum(kb, 0)
   rows = np.arange(m)[:, None]
@@ -189,7 +189,7 @@ def epsilon_on_windows(w, length, start, h, inf_mass, targets, lower=False, per_
   node = kbc[..., None] * b + np.arange(b)
   d = adjust(d_loc + d_up + -np.expm1(-gap) * i_up, node, node.shape)
   s = s_loc + np.exp(-gap) * i_up
-  j = np.maximum(_last_true((d > targets[..., None]) & (node < length[:, None, None])), 0)
+  j = np.maximum(_last_true_index((d > targets[..., None]) & (node < length[:, None, None])), 0)
   k = np.where(kb >= 0, kbc * b + j, -1)
   dk = np.take_along_axis(d, j[..., None], axis=-1)[..., 0]
   sk = np.take_along_axis(s, j[..., None], axis=-1)[..., 0]
