@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from jaxdp._src.pld import step as ps
+from jaxdp._src.pld import step_layout as psl
 from jaxdp._src.pld import kernel as pld_impl
 
 
@@ -45,8 +46,8 @@ def _pmfs(rng, kind, longest):
 
 def _kernel(rows, steps, tau, upper):
   n = np.array([r[0] for r in rows])
-  rob, j0, start, n_rows = ps._pack(n)
-  flat = np.zeros(len(rob) * ps._BLK)
+  rob, j0, start, n_rows = psl._pack(n)
+  flat = np.zeros(len(rob) * psl._BLK)
   for r, (m, p) in enumerate(rows):
     flat[start[r]:start[r] + m] = p
   r_pad = len(start)
@@ -55,11 +56,11 @@ def _kernel(rows, steps, tau, upper):
 
   @jax.jit
   def run(p, st, rob, j0, start, n_rows, log_inv):
-    lay = ps._Rows(rob, j0, start, n_rows)
+    lay = psl._Rows(rob, j0, start, n_rows)
     return ps._chernoff_edges(p, st, jnp.full(r_pad, 0.01), lay, upper, log_inv=log_inv)[0]
 
   with jax.enable_x64(True):
-    e = run(flat.reshape(-1, ps._BLK), st, rob, j0, start, n_rows, np.full(r_pad, -math.log(tau)))
+    e = run(flat.reshape(-1, psl._BLK), st, rob, j0, start, n_rows, np.full(r_pad, -math.log(tau)))
     return np.asarray(e)[:len(rows)]
 
 

@@ -15,8 +15,9 @@ from jaxdp._src.pld import extra as _pld_extra
 from jaxdp._src.pld import readout as _pld_readout
 from jaxdp._src.pld import tilt as _pld_tilt
 from jaxdp._src.pld.compose import _compose_group, power_bits
-from jaxdp._src.pld.step import (_MAX_ELEMS, _MAX_FFT, _MAX_STEP_GRID, _TAIL, _chunks,
-                             _grid_range, _pack, _pow2, _stage1)
+from jaxdp._src.pld.step import (_MAX_ELEMS, _MAX_FFT, _MAX_STEP_GRID, _TAIL, _grid_range,
+                                 _stage1)
+from jaxdp._src.pld.step_layout import _chunks, _pack, _pow2
 
 
 def _fft_size(n, least=2 ** 12):
