@@ -64,6 +64,9 @@ nitpicky = False
 autodoc_default_options = {
     "members": True,
     "undoc-members": True,      # every name in a module's __all__ gets an entry
+    # The public modules are facades over jaxdp._src (docs/architecture.md):
+    # their names are imported, and each module's __all__ bounds its members.
+    "imported-members": True,
     "member-order": "bysource",
 }
 autodoc_typehints = "signature"

@@ -13,6 +13,7 @@ from jaxdp._src.accounting.accountant import (  # noqa: F401
 from jaxdp._src.accounting import pld_accountant as _pld_accountant
 from jaxdp._src.accounting.pld_accountant import pld  # noqa: F401
 from jaxdp._src.core.public import adopt as _adopt
+import jaxdp.mechanisms  # noqa: F401,E402  (adopts event_rdp and event_pure_epsilon, defined there)
 
 __doc__ = _impl.__doc__
 __all__ = [*_impl.__all__, "pld"]

@@ -5,6 +5,10 @@ from jaxdp._src.mechanisms.registry import (  # noqa: F401
     RDP_EVENTS,
     event_rdp,
     dominating_pairs,
+    event_mechanisms,
+    event_pure_epsilon,
+    event_rho,
+    fast_pld_params,
 )
 from jaxdp._src.core.public import adopt as _adopt
 

@@ -6,17 +6,17 @@ from jaxdp._src.mechanisms.discrete import (  # noqa: F401
     randomized_response_rdp,
     discrete_laplace_rdp,
     discrete_gaussian_rdp,
-    pmf_pair_rdp,
     epsilon_delta_rdp,
     discrete_pair,
     randomized_response_pairs,
     epsilon_delta_pairs,
     discrete_laplace_pairs,
     discrete_gaussian_pairs,
-    pmf_pair_pairs,
 )
+from jaxdp._src.mechanisms import pmf as _pmf
+from jaxdp._src.mechanisms.pmf import pmf_pair_pairs, pmf_pair_rdp  # noqa: F401
 from jaxdp._src.core.public import adopt as _adopt
 
 __doc__ = _impl.__doc__
-__all__ = list(_impl.__all__)
-_adopt(__name__, _impl, globals(), __all__)
+__all__ = [*_impl.__all__, *_pmf.__all__]
+_adopt(__name__, (_impl, _pmf), globals(), __all__)

@@ -10,8 +10,11 @@ from jaxdp._src.kernels.rdp_samplers import (  # noqa: F401
     shuffle_gaussian_epoch,
     shuffle_lower_bound_epsilon,
 )
+from jaxdp._src.kernels import rdp_bins as _rdp_bins
+from jaxdp._src.kernels import rdp_truncated as _rdp_truncated
+from jaxdp._src.kernels import rdp_wor as _rdp_wor
 from jaxdp._src.core.public import adopt as _adopt
 
 __doc__ = _impl.__doc__
 __all__ = list(_impl.__all__)
-_adopt(__name__, _impl, globals(), __all__)
+_adopt(__name__, (_impl, _rdp_wor, _rdp_truncated, _rdp_bins), globals(), __all__)

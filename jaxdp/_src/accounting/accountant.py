@@ -46,6 +46,7 @@ import numpy as np
 from jaxdp._src.core import numerics as _numerics
 from jaxdp._src.kernels import cdp as _cdp
 from jaxdp._src import events as _events
+from jaxdp._src.mechanisms.registry import event_pure_epsilon, event_rdp, event_rho
 
 __all__ = [
     "Accountant",
@@ -153,13 +154,6 @@ def _round_up(x, ulps=4.0):
   return x * (1.0 + ulps * jnp.finfo(x.dtype).eps)
 
 
-def _round_to_dtype_up(x: np.ndarray, dtype) -> np.ndarray:
-  """Casts float64 ``x`` to ``dtype`` rounding toward +inf."""
-  y = x.astype(dtype)
-  low = y.astype(np.float64) < x
-  return np.where(low, np.nextafter(y, np.asarray(np.inf, dtype)), y).astype(dtype)
-
-
 def _sum_event_batch(per_event, count, event_shape_ndim, dtype):
   """Σ over the event batch of count * per-event values (trailing dims kept)."""
   count = jnp.asarray(count, dtype)
@@ -178,82 +172,6 @@ def _event_ndim(event) -> int:
 # --------------------------------------------------------------------------
 # Pure-DP ε of the composition: where δ may be positive (the δ floor)
 # --------------------------------------------------------------------------
-
-
-def _pmf_pair_pure_epsilon(event) -> float:
-  """max_i |log(p_i/q_i)| of a ``PMFPair`` (normalised as the accountants
-  do), +inf where one PMF has mass the other lacks; float64 on the host
-  (the PMFs are static), rounded up by a relative 1e-12."""
-  p = np.asarray(event.p, np.float64)
-  q = np.asarray(event.q, np.float64)
-  p, q = p / p.sum(), q / q.sum()
-  both = (p > 0) & (q > 0)
-  if np.any((p > 0) != (q > 0)):
-    return float("inf")
-  loss = np.abs(np.log(p[both]) - np.log(q[both]))
-  return float(np.max(loss, initial=0.0) * (1.0 + 1e-12))
-
-
-def event_pure_epsilon(event, dtype=None):
-  """A pure-DP ε of one event (per event of a batch), +inf where it has none.
-
-  The event is ε-DP (δ = 0) with this ε under its neighbouring relation,
-  both directions: its privacy loss never exceeds it. By basic composition
-  (Dwork, McSherry, Nissim & Smith 2006) the sum over composed events is a
-  pure-DP ε of the composition, so the true δ(ε) is exactly 0 at every ε
-  at or above that sum, and may be positive below it. Values:
-
-  * ``PureDP(ε)``: ε; ``EpsilonDelta(ε, δ)``: ε if δ = 0, else +inf;
-  * ``Laplace(b)``: 1/b; ``SampledLaplace(q, b)``: 1/b (each density ratio of
-    the mixture lies in [e^{-1/b}, e^{1/b}]; not amplified), 0 if q = 0;
-  * ``RandomizedResponse(p, k)``: ln(1 + k(1 − p)/p) (+inf at p = 0);
-    ``DiscreteLaplace(a, Δ)``: aΔ; ``PMFPair``: ``max |ln(p_i/q_i)|``;
-  * ``SampledGaussian``/``TruncatedPoissonGaussian``: 0 if q = 0 (nothing is
-    released about anyone), else +inf;
-  * every other event (Gaussian, discrete Gaussian, mixtures of Gaussians,
-    the other sampler events): +inf, their privacy loss is unbounded.
-
-  Finite values are computed in ``dtype`` and rounded up by 16 ulps (each
-  closed form has at most a few roundings of half an ulp, and casting the
-  event's fields to ``dtype`` one more), so they never fall below the exact
-  value; +inf is always a valid answer.
-
-  Args:
-    event: a :mod:`jaxdp.events` event (fields may be traced or batched).
-    dtype: result dtype (default: the default float dtype).
-
-  Returns:
-    An array of the event batch's shape.
-  """
-  dtype = jnp.result_type(float) if dtype is None else dtype
-  shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in jax.tree_util.tree_leaves(event)))
-  inf = jnp.asarray(jnp.inf, dtype)
-
-  def f(x):
-    return jnp.asarray(1.0 if x is None else x, dtype)
-
-  E = _events  # pylint: disable=invalid-name
-  if isinstance(event, E.PureDP):
-    val = f(event.epsilon)
-  elif isinstance(event, E.EpsilonDelta):
-    val = jnp.where(f(event.delta) == 0, f(event.epsilon), inf)
-  elif isinstance(event, E.Laplace):
-    val = 1.0 / f(event.b)
-  elif isinstance(event, E.SampledLaplace):
-    val = jnp.where(f(event.q) > 0, 1.0 / f(event.b), 0.0)
-  elif isinstance(event, E.RandomizedResponse):
-    p = f(event.noise_parameter)
-    safe_p = jnp.where(p > 0, p, 1.0)
-    val = jnp.where(p > 0, jnp.log1p(f(event.num_buckets) * (1.0 - p) / safe_p), inf)
-  elif isinstance(event, E.DiscreteLaplace):
-    val = f(event.parameter) * f(event.sensitivity)
-  elif isinstance(event, E.PMFPair):
-    val = jnp.asarray(_pmf_pair_pure_epsilon(event), dtype)
-  elif isinstance(event, (E.SampledGaussian, E.TruncatedPoissonGaussian)):
-    val = jnp.where(f(event.q) > 0, inf, 0.0)
-  else:
-    val = inf
-  return jnp.broadcast_to(_numerics.round_up(jnp.asarray(val, dtype), 16), shape)
 
 
 def _compose_pure_epsilon(total, event, count, dtype):
@@ -303,117 +221,6 @@ def _host_sampled_gaussian_kernel(orders_bytes: bytes):
   orders = np.frombuffer(orders_bytes, dtype=np.float64)
   return jax.jit(
       lambda q, sigma: _rdp.sampled_gaussian(q[..., None], sigma[..., None], orders))
-
-
-def _poisson_add_remove_rdp(event, col, alpha):
-  """Add/remove RDP (both directions) of a ``SampledGaussian`` or
-  ``TruncatedPoissonGaussian`` at orders ``alpha`` (last axis)."""
-  from jaxdp._src.kernels import rdp as _rdp  # pylint: disable=g-import-not-at-top
-  from jaxdp._src.kernels import rdp_samplers as _rs  # pylint: disable=g-import-not-at-top
-  plain = _rdp.sampled_gaussian(col(event.q), col(event.sigma), alpha)
-  if isinstance(event, _events.SampledGaussian):
-    return plain
-  if _numerics.is_concrete(event.capacity) and _numerics.is_concrete(event.dataset_size) and \
-      np.all(np.asarray(event.capacity) >= np.asarray(event.dataset_size)):
-    return plain
-  n, q, cap, s = (col(getattr(event, f)) for f in ("dataset_size", "q", "capacity", "sigma"))
-  # The bound is not monotone in N and an add/remove neighbour has N or N+1
-  # examples: take the larger of the two.
-  trunc = jnp.maximum(_rs.truncated_poisson_gaussian(n, q, cap, s, alpha),
-                      _rs.truncated_poisson_gaussian(n + 1, q, cap, s, alpha))
-  return jnp.where(cap >= n, plain, trunc)
-
-
-def event_rdp(event, orders, dtype=None):
-  """RDP curve ε(α) of one event at the given orders (last axis), broadcasting.
-
-  The one place that maps an event to its RDP kernel:
-
-  * ``SampledGaussian(q, σ)``: :func:`jaxdp.rdp.sampled_gaussian`
-    (Mironov–Talwar–Zhang 2019); under ``relation="replace_one"`` (this event
-    and ``TruncatedPoissonGaussian``) the weak-triangle bound of the
-    add/remove curve, :func:`jaxdp.rdp_relations.replace_one`; ``Gaussian(σ, Δ)``: αΔ²/(2σ²);
-    ``Laplace(b)``: Mironov 2017 Prop 6; ``PureDP(ε)``: the randomized-response
-    bound.
-  * ``RandomizedResponse``, ``DiscreteLaplace``, ``DiscreteGaussian``,
-    ``MixtureOfGaussians``, ``EpsilonDelta`` (δ = 0 only), ``SampledLaplace``,
-    ``PMFPair``: :func:`jaxdp.mechanisms.event_rdp`.
-  * Sampler events (:mod:`jaxdp.sampling`; σ is always noise std / clip norm
-    C, the DP-SGD noise multiplier). The kernels of :mod:`jaxdp.rdp_samplers`
-    take σ over the query's sensitivity under the relation, so replace-one
-    (a clipped sum moves by up to 2C) passes σ/2:
-
-    - ``TruncatedPoissonGaussian``: plain Poisson when capacity >= N, else
-      :func:`jaxdp.rdp_samplers.truncated_poisson_gaussian`, the larger of its
-      values at N and N + 1 (the neighbour's size; the bound is not monotone);
-    - ``SampledWithoutReplacementGaussian``: Wang–Balle–Kasiviswanathan 2019
-      (replace-one) or the Balle–Barthe–Gaboardi coupling (add/remove);
-    - ``BallsInBinsGaussian`` (one epoch): random allocation (Feldman &
-      Shenfeld 2025) when no bin is truncated; with a ``capacity`` below N an
-      overfull bin may drop one example for the new one (a 2C change of one
-      step), which this accounts as one unamplified Gaussian step with
-      sensitivity 2C per epoch (sound, not amplified);
-    - ``ShuffledGaussian`` (one epoch): no amplification, one Gaussian step
-      of sensitivity 2C per epoch (the added example displaces another one;
-      Chua et al. 2024 show amplification cannot be claimed).
-
-  Args:
-    event: a :mod:`jaxdp.events` event (fields may be traced).
-    orders: 1-D orders > 1.
-    dtype: result dtype (default: the default float dtype).
-
-  Returns:
-    RDP values of shape ``event_shape + (len(orders),)``.
-
-  Raises:
-    TypeError: for an event without an RDP curve.
-    ValueError: for an ``EpsilonDelta`` with concrete δ > 0 (no RDP curve;
-      use :func:`pld`).
-  """
-  from jaxdp._src.kernels import rdp as _rdp  # pylint: disable=g-import-not-at-top
-  from jaxdp._src.kernels import rdp_samplers as _rs  # pylint: disable=g-import-not-at-top
-  dtype = jnp.result_type(float) if dtype is None else dtype
-  alpha = jnp.asarray(orders, dtype)
-
-  def col(x):
-    return jnp.asarray(x, dtype)[..., None]
-
-  E = _events  # pylint: disable=invalid-name
-  if isinstance(event, (E.SampledGaussian, E.TruncatedPoissonGaussian)):
-    curve = functools.partial(_poisson_add_remove_rdp, event, col)
-    if event.relation == "replace_one":
-      from jaxdp._src.kernels import rdp_relations  # pylint: disable=g-import-not-at-top
-      return jnp.asarray(rdp_relations.replace_one(curve, orders), dtype)
-    return jnp.asarray(curve(orders), dtype)
-  if isinstance(event, E.Gaussian):
-    sens = 1.0 if event.sensitivity is None else event.sensitivity
-    return jnp.asarray(_rdp.gaussian(col(event.sigma) / col(sens), orders), dtype)
-  from jaxdp._src.mechanisms import registry as _mech  # pylint: disable=g-import-not-at-top
-  if isinstance(event, _mech.RDP_EVENTS):
-    return _mech.event_rdp(event, orders, dtype)
-  if isinstance(event, E.Laplace):
-    from jaxdp._src.mechanisms import continuous as _cont  # pylint: disable=g-import-not-at-top
-    return jnp.asarray(_cont.laplace_rdp(col(event.b), alpha), dtype)
-  if isinstance(event, E.PureDP):
-    from jaxdp._src.mechanisms import discrete as _disc  # pylint: disable=g-import-not-at-top
-    return jnp.asarray(_disc.pure_dp_rdp(col(event.epsilon), alpha), dtype)
-  if isinstance(event, E.SampledWithoutReplacementGaussian):
-    s = col(event.sigma)
-    s = s / 2.0 if event.relation == "replace_one" else s
-    return jnp.asarray(_rs.without_replacement_gaussian(
-        col(event.dataset_size), col(event.batch_size), s, alpha, relation=event.relation), dtype)
-  if isinstance(event, E.BallsInBinsGaussian):
-    s = col(event.sigma)
-    untruncated = _rs.balls_in_bins_gaussian_epoch(col(event.dataset_size), col(event.batch_size),
-                                                   s, alpha)
-    if event.capacity is None:
-      return jnp.asarray(untruncated, dtype)
-    unamplified = _rdp.gaussian(s / 2.0, alpha)
-    cap_ok = col(event.capacity) >= col(event.dataset_size)
-    return jnp.asarray(jnp.where(cap_ok, untruncated, unamplified), dtype)
-  if isinstance(event, E.ShuffledGaussian):
-    return jnp.asarray(_rdp.gaussian(col(event.sigma) / 2.0, alpha), dtype)
-  raise TypeError(f"The RDP accountant cannot compose {type(event).__name__}.")
 
 
 def rdp(orders=None) -> Accountant:
@@ -470,7 +277,7 @@ def rdp(orders=None) -> Accountant:
       else:
         val = per_event_rdp(event, np.float64)
       val = np.asarray(val, np.float64)
-    return jnp.asarray(_round_to_dtype_up(val, dtype))
+    return jnp.asarray(_numerics.round_to_dtype_up(val, dtype))
 
   def per_event_rdp(event, dtype):
     return event_rdp(event, orders, dtype)
@@ -534,25 +341,6 @@ def cdp() -> Accountant:
     An :class:`Accountant` whose state is :class:`CdpState`.
   """
 
-  def per_event_rho(event, dtype):
-    if isinstance(event, (_events.Gaussian, _events.SampledGaussian)):
-      sigma = jnp.asarray(event.sigma, dtype)
-      if isinstance(event, _events.Gaussian) and event.sensitivity is not None:
-        sigma = sigma / jnp.asarray(event.sensitivity, dtype)  # ρ = Δ²/(2σ²)
-      if isinstance(event, _events.SampledGaussian):
-        sigma = jnp.broadcast_to(sigma, jnp.broadcast_shapes(
-            jnp.shape(event.q), jnp.shape(event.sigma)))
-        if event.relation == "replace_one":
-          sigma = sigma / 2.0  # the sampled example moves the sum by up to 2C
-      return 0.5 / jnp.square(sigma)
-    if isinstance(event, _events.PureDP):
-      eps = jnp.asarray(event.epsilon, dtype)
-      return 0.5 * eps * eps
-    if isinstance(event, _events.Laplace):
-      lam = 1.0 / jnp.asarray(event.b, dtype)
-      return 0.5 * lam * lam
-    raise TypeError(f"The CDP accountant cannot compose {type(event).__name__}.")
-
   def init() -> CdpState:
     dtype = jnp.result_type(float)
     return CdpState(rho=jnp.zeros((), dtype), compensation=jnp.zeros((), dtype),
@@ -562,7 +350,7 @@ def cdp() -> Accountant:
     _events.validate(event)
     _check_count(count)
     dtype = state.rho.dtype
-    per = per_event_rho(event, dtype)
+    per = event_rho(event, dtype)
     per = _round_up(per, 2.0)
     count = jnp.asarray(count, dtype)
     add = jnp.sum(count * per)

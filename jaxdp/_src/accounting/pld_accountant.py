@@ -32,6 +32,7 @@ import numpy as np
 from jaxdp._src.core import numerics as num
 from jaxdp._src.accounting import accountant as _accountant
 from jaxdp._src import events as _events
+from jaxdp._src.mechanisms import registry as _registry
 from jaxdp._src.pld import kernel as _pld
 
 __all__ = ["PLDState", "make_accountant", "epsilon_batch", "delta_batch"]
@@ -44,17 +45,6 @@ class PLDState(NamedTuple):
   composed on query, so the state stays a small tuple.
   """
   phases: tuple = ()
-
-
-def _fast_params(event):
-  """(q, σ) where the fast Poisson-Gaussian path applies, else None."""
-  if isinstance(event, _events.SampledGaussian) and event.relation == "add_remove":
-    return float(event.q), float(event.sigma)
-  if isinstance(event, _events.Gaussian):
-    sens = getattr(event, "sensitivity", None)
-    sens = 1.0 if sens is None else float(sens)
-    return 1.0, float(event.sigma) / sens
-  return None
 
 
 def _same(a, b) -> bool:
@@ -117,7 +107,8 @@ def _fast_many(phase_lists, values, want_epsilon, vdi, rtol, extra=None):
   Returns:
     (lower, upper), each (n, V).
   """
-  params = np.array([[_fast_params(ev) for ev, _ in ph] for ph in phase_lists], np.float64)
+  params = np.array([[_registry.fast_pld_params(ev) for ev, _ in ph] for ph in phase_lists],
+                    np.float64)
   q, sigma = params[..., 0], params[..., 1]
   steps = np.array([[c for _, c in ph] for ph in phase_lists], np.float64)
   pairs, ex_var, ex_count = None, None, None
@@ -167,7 +158,7 @@ def _best_single(phases, values, want_epsilon, vdi, rtol):
   Returns:
     (lower, upper), each (n, V).
   """
-  params = np.array([_fast_params(ev) + (float(c),) for ev, c in phases], np.float64)
+  params = np.array([_registry.fast_pld_params(ev) + (float(c),) for ev, c in phases], np.float64)
   q, sigma, steps = (np.broadcast_to(params[:, k:k + 1], values.shape) for k in range(3))
   name = "epsilon" if want_epsilon else "delta"
   lo, up, _ = _pld.guarded_bounds(name, q, sigma, steps, values, vdi, rtol, best=True,
@@ -211,8 +202,8 @@ def _query_many(phase_lists, values, want_epsilon, vdi, rtol):
   for i, phases in enumerate(phase_lists):
     if not phases:
       continue
-    fast = [(ev, c) for ev, c in phases if _fast_params(ev) is not None]
-    other = [(ev, c) for ev, c in phases if _fast_params(ev) is None]
+    fast = [(ev, c) for ev, c in phases if _registry.fast_pld_params(ev) is not None]
+    other = [(ev, c) for ev, c in phases if _registry.fast_pld_params(ev) is None]
     if fast and (vdi is not None or sum(c for _, c in other) <= sum(c for _, c in fast)):
       groups.setdefault(len(fast), []).append((i, fast, other))
     else:
@@ -295,7 +286,7 @@ def _rdp_grid_bound(phases, values, want_epsilon):
   from jaxdp._src.kernels import host_rdp as _host_rdp  # pylint: disable=g-import-not-at-top
   from jaxdp._src.kernels import rdp  # pylint: disable=g-import-not-at-top
   from jaxdp._src.kernels import rdp_convert  # pylint: disable=g-import-not-at-top
-  params = [_fast_params(ev) for ev, _ in phases]
+  params = [_registry.fast_pld_params(ev) for ev, _ in phases]
   if not phases or any(p is None for p in params):
     return None
   orders = rdp.DEFAULT_ORDERS

@@ -60,7 +60,8 @@ from jaxdp._src.core import numerics as nx
 from jaxdp._src import events as _events
 from jaxdp._src.mechanisms import pairs as _pairs
 from jaxdp._src.events import is_sampler
-from jaxdp._src.mechanisms.sampled import _EPOCH_EVENTS, event_mechanisms
+from jaxdp._src.mechanisms.registry import event_mechanisms, event_rdp
+from jaxdp._src.mechanisms.sampled import _EPOCH_EVENTS
 
 def compositions(sampler, event, steps):
   """Number of times the event is composed for ``steps`` training steps."""
@@ -71,7 +72,6 @@ def compositions(sampler, event, steps):
 
 
 def _rdp_total(sampler, sigma, steps, orders):
-  from jaxdp._src.accounting import accountant as _acc  # pylint: disable=g-import-not-at-top
   from jaxdp._src.kernels import rdp as _rdp  # pylint: disable=g-import-not-at-top
   orders = np.asarray(_rdp.DEFAULT_ORDERS if orders is None else orders, np.float64)
   sigma = np.asarray(sigma, np.float64)
@@ -79,7 +79,7 @@ def _rdp_total(sampler, sigma, steps, orders):
   curves = []
   for s in flat:  # one event per distinct σ (events are scalar per sampler)
     ev = sampler.event(float(s))
-    curves.append(np.asarray(_acc.event_rdp(ev, orders, jnp.float64), np.float64))
+    curves.append(np.asarray(event_rdp(ev, orders, jnp.float64), np.float64))
   curve = np.stack(curves).reshape(sigma.shape + (orders.size,))
   count = compositions(sampler, sampler.event(float(flat[0])), steps)
   # Round the product up (ε grows with it).

@@ -234,6 +234,15 @@ def round_up(x, ulps, xp=jnp):
   return x * (1.0 + ulps * float(xp.finfo(x.dtype).eps))
 
 
+def round_to_dtype_up(x: np.ndarray, dtype) -> np.ndarray:
+  """Casts float64 NumPy ``x`` to ``dtype``, rounding toward +inf (an upper
+  bound stays one after the cast)."""
+  dtype = np.dtype(dtype)
+  y = x.astype(dtype)
+  low = y.astype(np.float64) < x
+  return np.where(low, np.nextafter(y, np.asarray(np.inf, dtype)), y).astype(dtype)
+
+
 def safe_log(x, xp=jnp):
   """log(x) with log(0) = -inf and a finite gradient at 0."""
   x = xp.asarray(x)

@@ -22,7 +22,9 @@ from jax.scipy.special import logsumexp
 from scipy.special import gammaln
 
 from jaxdp._src.core import numerics as nx
+from jaxdp._src import events as _events
 from jaxdp._src.mechanisms import discrete as _disc
+from jaxdp._src.mechanisms.entry import Entry, column, field, scalars
 
 __all__ = [
     "laplace_rdp",
@@ -428,3 +430,67 @@ def mixture_of_gaussians_pairs(sigma: float, sensitivities, probabilities):
   remove = _pairs.gaussian_mixture_pair(s, p, [0.0], [1.0], float(sigma))
   add = _pairs.gaussian_mixture_pair([0.0], [1.0], -s, p, float(sigma))
   return _pairs.Mechanism(remove, add)
+
+
+# --------------------------------------------------------------------------
+# Registry entries (jaxdp._src.mechanisms.registry)
+# --------------------------------------------------------------------------
+
+
+def _laplace_event_rdp(event, orders, dtype):
+  alpha = jnp.asarray(orders, dtype)
+  return jnp.asarray(laplace_rdp(column(event.b, dtype), alpha), dtype)
+
+
+def _sampled_laplace_event_rdp(event, orders, dtype):
+  alpha_np = np.asarray(orders, np.float64)
+  out = sampled_laplace_rdp(jnp.asarray(event.q, dtype), jnp.asarray(event.b, dtype), alpha_np)
+  return jnp.asarray(out, dtype)
+
+
+def _mixture_event_rdp(event, orders, dtype):
+  alpha_np = np.asarray(orders, np.float64)
+  out = mixture_of_gaussians_rdp(jnp.asarray(event.sigma, dtype), event.sensitivities,
+                                 event.probabilities, alpha_np)
+  return jnp.asarray(out, dtype)
+
+
+def _laplace_event_pairs(event):
+  (b,) = scalars(event, "b")
+  return [laplace_pairs(b)]
+
+
+def _sampled_laplace_event_pairs(event):
+  q, b = scalars(event, "q", "b")
+  return [sampled_laplace_pairs(q, b)]
+
+
+def _mixture_event_pairs(event):
+  (sigma,) = scalars(event, "sigma")
+  return [mixture_of_gaussians_pairs(sigma, event.sensitivities, event.probabilities)]
+
+
+def _laplace_pure_epsilon(event, dtype):
+  return 1.0 / field(event.b, dtype)
+
+
+def _sampled_laplace_pure_epsilon(event, dtype):
+  """1/b: each density ratio of the mixture lies in [e^{-1/b}, e^{1/b}]
+  (not amplified); 0 where q = 0."""
+  return jnp.where(field(event.q, dtype) > 0, 1.0 / field(event.b, dtype), 0.0)
+
+
+def _laplace_rho(event, dtype):
+  """As ``PureDP(1/b)``: ρ = ε²/2 (Bun–Steinke Prop 1.4)."""
+  lam = 1.0 / jnp.asarray(event.b, dtype)
+  return 0.5 * lam * lam
+
+
+ENTRIES = {
+    _events.Laplace: Entry(rdp=_laplace_event_rdp, pairs=_laplace_event_pairs,
+                           pure_epsilon=_laplace_pure_epsilon, rho=_laplace_rho),
+    _events.SampledLaplace: Entry(rdp=_sampled_laplace_event_rdp,
+                                  pairs=_sampled_laplace_event_pairs,
+                                  pure_epsilon=_sampled_laplace_pure_epsilon),
+    _events.MixtureOfGaussians: Entry(rdp=_mixture_event_rdp, pairs=_mixture_event_pairs),
+}

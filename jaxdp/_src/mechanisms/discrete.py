@@ -25,20 +25,20 @@ import numpy as np
 from jax.scipy.special import logsumexp
 
 from jaxdp._src.core import numerics as nx
+from jaxdp._src import events as _events
+from jaxdp._src.mechanisms.entry import Entry, column, field, scalars
 
 __all__ = [
     "pure_dp_rdp",
     "randomized_response_rdp",
     "discrete_laplace_rdp",
     "discrete_gaussian_rdp",
-    "pmf_pair_rdp",
     "epsilon_delta_rdp",
     "discrete_pair",
     "randomized_response_pairs",
     "epsilon_delta_pairs",
     "discrete_laplace_pairs",
     "discrete_gaussian_pairs",
-    "pmf_pair_pairs",
 ]
 
 # Above this many atoms a pair is coarsened (pessimistically, see _grouped).
@@ -260,53 +260,6 @@ def epsilon_delta_rdp(epsilon, delta, alpha):
   return jnp.where(jnp.asarray(delta, dtype) == 0.0, pure, jnp.inf)
 
 
-def _normalised(v) -> np.ndarray:
-  v = np.asarray(v, np.float64)
-  return v / math.fsum(v.tolist())
-
-
-def _renyi_np(log_p, log_q, alpha):
-  """Exact D_α(P‖Q) of finite PMFs in float64 with a rounding allowance (NumPy)."""
-  pos = np.isfinite(log_p)
-  if np.any(pos & ~np.isfinite(log_q)):
-    return np.full(alpha.shape, np.inf)
-  lp, lq = log_p[pos], log_q[pos]
-  a = alpha[:, None]
-  t = a * lp + (1.0 - a) * lq
-  m = np.max(t, axis=1, keepdims=True)
-  log_s = m[:, 0] + np.log(np.sum(np.exp(t - m), axis=1))
-  magnitude = np.max(np.abs(a * lp) + np.abs((a - 1.0) * lq), axis=1) + np.log(lp.size)
-  allowance = 32.0 * np.finfo(np.float64).eps * (1.0 + magnitude)
-  return np.maximum((log_s + allowance) / (alpha - 1.0), 0.0)
-
-
-def pmf_pair_rdp(p, q, alpha):
-  """Exact RDP of a pair of PMFs: max(D_α(p‖q), D_α(q‖p)) (host-side, NumPy).
-
-  Both PMFs are normalised to sum 1 first. ∞ where one puts mass where the
-  other has none. Capped by :func:`pure_dp_rdp` at the largest |log(p/q)|.
-
-  Args:
-    p, q: PMFs on a common finite support (concrete 1-D sequences).
-    alpha: concrete orders > 1 (1-D).
-
-  Returns:
-    float64 NumPy array of shape ``alpha.shape``.
-  """
-  alpha = np.asarray(alpha, np.float64)
-  with np.errstate(divide="ignore"):
-    lp = np.log(_normalised(p))
-    lq = np.log(_normalised(q))
-  exact = np.maximum(_renyi_np(lp, lq, alpha), _renyi_np(lq, lp, alpha))
-  both = np.isfinite(lp) & np.isfinite(lq)
-  if np.array_equal(np.isfinite(lp), np.isfinite(lq)) and both.any():
-    eps0 = float(np.max(np.abs(lp[both] - lq[both]))) * (1.0 + 1e-15)
-    with nx.x64():
-      cap = np.asarray(pure_dp_rdp(np.float64(eps0), alpha), np.float64)
-    exact = np.minimum(exact, cap)
-  return exact
-
-
 # --------------------------------------------------------------------------
 # Dominating pairs (host-side NumPy, concrete parameters)
 # --------------------------------------------------------------------------
@@ -500,14 +453,89 @@ def discrete_gaussian_pairs(sigma: float, sensitivity: int = 1):
   return _mechanism(pair, pair)
 
 
-def pmf_pair_pairs(p, q):
-  """Both directions of a user-supplied PMF pair: remove (p, q), add (q, p), normalised.
 
-  Args:
-    p, q: PMFs on a common finite support.
+# --------------------------------------------------------------------------
+# Registry entries (jaxdp._src.mechanisms.registry)
+# --------------------------------------------------------------------------
 
-  Returns:
-    ``Mechanism(remove, add)``.
-  """
-  p, q = _normalised(p), _normalised(q)
-  return _mechanism(discrete_pair(p, q), discrete_pair(q, p))
+
+def _randomized_response_event_rdp(event, orders, dtype):
+  alpha = jnp.asarray(np.asarray(orders, np.float64), dtype)
+  out = randomized_response_rdp(column(event.noise_parameter, dtype),
+                                column(event.num_buckets, dtype), alpha)
+  return jnp.asarray(out, dtype)
+
+
+def _discrete_laplace_event_rdp(event, orders, dtype):
+  alpha = jnp.asarray(np.asarray(orders, np.float64), dtype)
+  sens = 1.0 if event.sensitivity is None else event.sensitivity
+  out = discrete_laplace_rdp(column(event.parameter, dtype), column(sens, dtype), alpha)
+  return jnp.asarray(out, dtype)
+
+
+def _discrete_gaussian_event_rdp(event, orders, dtype):
+  alpha = jnp.asarray(np.asarray(orders, np.float64), dtype)
+  sens = 1.0 if event.sensitivity is None else event.sensitivity
+  out = discrete_gaussian_rdp(column(event.sigma, dtype), column(sens, dtype), alpha)
+  return jnp.asarray(out, dtype)
+
+
+def _epsilon_delta_event_rdp(event, orders, dtype):
+  alpha_np = np.asarray(orders, np.float64)
+  epsilon_delta_rdp(0.0, event.delta, alpha_np[:1])  # concrete δ > 0: ValueError
+  out = epsilon_delta_rdp(column(event.epsilon, dtype), column(event.delta, dtype),
+                          jnp.asarray(alpha_np, dtype))
+  return jnp.asarray(out, dtype)
+
+
+def _pure_dp_event_rdp(event, orders, dtype):
+  alpha = jnp.asarray(orders, dtype)
+  return jnp.asarray(pure_dp_rdp(column(event.epsilon, dtype), alpha), dtype)
+
+
+def _randomized_response_pure_epsilon(event, dtype):
+  """ln(1 + k(1 − p)/p), +inf at p = 0."""
+  p = field(event.noise_parameter, dtype)
+  safe_p = jnp.where(p > 0, p, 1.0)
+  return jnp.where(p > 0, jnp.log1p(field(event.num_buckets, dtype) * (1.0 - p) / safe_p),
+                   jnp.asarray(jnp.inf, dtype))
+
+
+def _pure_dp_rho(event, dtype):
+  """ρ = ε²/2 (Bun–Steinke Prop 1.4; tighter than Dwork–Rothblum Thm 3.5)."""
+  eps = jnp.asarray(event.epsilon, dtype)
+  return 0.5 * eps * eps
+
+
+def _int_pairs(fn, *names):
+  def pairs(event):
+    first, second = scalars(event, *names)
+    return [fn(first, int(second))]
+  return pairs
+
+
+ENTRIES = {
+    _events.RandomizedResponse: Entry(
+        rdp=_randomized_response_event_rdp,
+        pairs=_int_pairs(randomized_response_pairs, "noise_parameter", "num_buckets"),
+        pure_epsilon=_randomized_response_pure_epsilon),
+    _events.DiscreteLaplace: Entry(
+        rdp=_discrete_laplace_event_rdp,
+        pairs=_int_pairs(discrete_laplace_pairs, "parameter", "sensitivity"),
+        pure_epsilon=lambda event, dtype: (field(event.parameter, dtype)
+                                           * field(event.sensitivity, dtype))),
+    _events.DiscreteGaussian: Entry(
+        rdp=_discrete_gaussian_event_rdp,
+        pairs=_int_pairs(discrete_gaussian_pairs, "sigma", "sensitivity")),
+    _events.EpsilonDelta: Entry(
+        rdp=_epsilon_delta_event_rdp,
+        pairs=lambda event: [epsilon_delta_pairs(*scalars(event, "epsilon", "delta"))],
+        pure_epsilon=lambda event, dtype: jnp.where(
+            field(event.delta, dtype) == 0, field(event.epsilon, dtype),
+            jnp.asarray(jnp.inf, dtype))),
+    _events.PureDP: Entry(
+        rdp=_pure_dp_event_rdp,
+        pairs=lambda event: [epsilon_delta_pairs(scalars(event, "epsilon")[0], 0.0)],
+        pure_epsilon=lambda event, dtype: field(event.epsilon, dtype),
+        rho=_pure_dp_rho),
+}

@@ -10,6 +10,7 @@ for the same event and relation.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax.numpy as jnp
@@ -18,6 +19,7 @@ import numpy as np
 from jaxdp._src.core import numerics as nx
 from jaxdp._src import events as _events
 from jaxdp._src.mechanisms import pairs as _pairs
+from jaxdp._src.mechanisms.entry import Entry, column, field, scalars
 
 
 _EPOCH_EVENTS = (_events.BallsInBinsGaussian, _events.ShuffledGaussian)
@@ -179,3 +181,137 @@ def sampler_event_pairs(event):
   n, q, cap, s = (float(v) for v in (event.dataset_size, event.q, event.capacity, event.sigma))
   return truncated_poisson_gaussian(n, q, cap, s, both_sizes=True)
 
+
+def _poisson_add_remove_rdp(event, col, alpha):
+  """Add/remove RDP (both directions) of a ``SampledGaussian`` or
+  ``TruncatedPoissonGaussian`` at orders ``alpha`` (last axis)."""
+  from jaxdp._src.kernels import rdp as _rdp  # pylint: disable=g-import-not-at-top
+  from jaxdp._src.kernels import rdp_samplers as _rs  # pylint: disable=g-import-not-at-top
+  plain = _rdp.sampled_gaussian(col(event.q), col(event.sigma), alpha)
+  if isinstance(event, _events.SampledGaussian):
+    return plain
+  if nx.is_concrete(event.capacity) and nx.is_concrete(event.dataset_size) and \
+      np.all(np.asarray(event.capacity) >= np.asarray(event.dataset_size)):
+    return plain
+  n, q, cap, s = (col(getattr(event, f)) for f in ("dataset_size", "q", "capacity", "sigma"))
+  # The bound is not monotone in N and an add/remove neighbour has N or N+1
+  # examples: take the larger of the two.
+  trunc = jnp.maximum(_rs.truncated_poisson_gaussian(n, q, cap, s, alpha),
+                      _rs.truncated_poisson_gaussian(n + 1, q, cap, s, alpha))
+  return jnp.where(cap >= n, plain, trunc)
+
+
+# --------------------------------------------------------------------------
+# Registry entries of the Gaussian family (jaxdp._src.mechanisms.registry)
+# --------------------------------------------------------------------------
+
+
+def _gaussian_rdp(event, orders, dtype):
+  """``Gaussian(σ, Δ)``: αΔ²/(2σ²) (Mironov 2017, Prop 7)."""
+  from jaxdp._src.kernels import rdp as _rdp  # pylint: disable=g-import-not-at-top
+  sens = 1.0 if event.sensitivity is None else event.sensitivity
+  return jnp.asarray(_rdp.gaussian(column(event.sigma, dtype) / column(sens, dtype), orders), dtype)
+
+
+def _poisson_rdp(event, orders, dtype):
+  """``SampledGaussian``/``TruncatedPoissonGaussian``: Mironov–Talwar–Zhang
+  2019 (add/remove); under replace-one the weak-triangle bound of the
+  add/remove curve (:func:`jaxdp.rdp_relations.replace_one`)."""
+  curve = functools.partial(_poisson_add_remove_rdp, event, functools.partial(column, dtype=dtype))
+  if event.relation == "replace_one":
+    from jaxdp._src.kernels import rdp_relations  # pylint: disable=g-import-not-at-top
+    return jnp.asarray(rdp_relations.replace_one(curve, orders), dtype)
+  return jnp.asarray(curve(orders), dtype)
+
+
+def _without_replacement_rdp(event, orders, dtype):
+  """Fixed batches: Wang–Balle–Kasiviswanathan 2019 (replace-one, σ/2: a
+  clipped sum moves by 2C) or the Balle–Barthe–Gaboardi coupling (add/remove)."""
+  from jaxdp._src.kernels import rdp_samplers as _rs  # pylint: disable=g-import-not-at-top
+  alpha = jnp.asarray(orders, dtype)
+  s = column(event.sigma, dtype)
+  s = s / 2.0 if event.relation == "replace_one" else s
+  return jnp.asarray(_rs.without_replacement_gaussian(
+      column(event.dataset_size, dtype), column(event.batch_size, dtype), s, alpha,
+      relation=event.relation), dtype)
+
+
+def _balls_in_bins_rdp(event, orders, dtype):
+  """One balls-in-bins epoch: random allocation (Feldman & Shenfeld 2025) when
+  no bin is truncated; with a capacity below N one unamplified Gaussian step
+  of sensitivity 2C per epoch (an overfull bin may drop one example)."""
+  from jaxdp._src.kernels import rdp as _rdp  # pylint: disable=g-import-not-at-top
+  from jaxdp._src.kernels import rdp_samplers as _rs  # pylint: disable=g-import-not-at-top
+  alpha = jnp.asarray(orders, dtype)
+  s = column(event.sigma, dtype)
+  untruncated = _rs.balls_in_bins_gaussian_epoch(column(event.dataset_size, dtype),
+                                                 column(event.batch_size, dtype), s, alpha)
+  if event.capacity is None:
+    return jnp.asarray(untruncated, dtype)
+  unamplified = _rdp.gaussian(s / 2.0, alpha)
+  cap_ok = column(event.capacity, dtype) >= column(event.dataset_size, dtype)
+  return jnp.asarray(jnp.where(cap_ok, untruncated, unamplified), dtype)
+
+
+def _shuffled_rdp(event, orders, dtype):
+  """One shuffled epoch: one Gaussian step of sensitivity 2C (no amplification
+  can be claimed, Chua et al. 2024)."""
+  from jaxdp._src.kernels import rdp as _rdp  # pylint: disable=g-import-not-at-top
+  alpha = jnp.asarray(orders, dtype)
+  return jnp.asarray(_rdp.gaussian(column(event.sigma, dtype) / 2.0, alpha), dtype)
+
+
+def _gaussian_pairs(event):
+  sigma, sens = scalars(event, "sigma", "sensitivity")
+  return [_pairs.gaussian(sigma, sens)]
+
+
+def _poisson_pure_epsilon(event, dtype):
+  """0 where q = 0 (nothing is released about anyone), else +inf."""
+  return jnp.where(field(event.q, dtype) > 0, jnp.asarray(jnp.inf, dtype), 0.0)
+
+
+def _gaussian_rho(event, dtype):
+  """ρ = Δ²/(2σ²) (Dwork–Rothblum Thm 3.2 with τ = Δ/σ; Bun–Steinke)."""
+  sigma = jnp.asarray(event.sigma, dtype)
+  if event.sensitivity is not None:
+    sigma = sigma / jnp.asarray(event.sensitivity, dtype)
+  return 0.5 / jnp.square(sigma)
+
+
+def _sampled_gaussian_rho(event, dtype):
+  """ρ = 1/(2σ²): zCDP gives no amplification by subsampling (valid: Rényi
+  divergence is jointly quasi-convex); replace-one moves the sum by 2C."""
+  sigma = jnp.asarray(event.sigma, dtype)
+  sigma = jnp.broadcast_to(sigma, jnp.broadcast_shapes(jnp.shape(event.q), jnp.shape(event.sigma)))
+  if event.relation == "replace_one":
+    sigma = sigma / 2.0  # the sampled example moves the sum by up to 2C
+  return 0.5 / jnp.square(sigma)
+
+
+def _gaussian_fast_pld(event):
+  sens = getattr(event, "sensitivity", None)
+  sens = 1.0 if sens is None else float(sens)
+  return 1.0, float(event.sigma) / sens
+
+
+def _sampled_gaussian_fast_pld(event):
+  if event.relation == "add_remove":
+    return float(event.q), float(event.sigma)
+  return None
+
+
+ENTRIES = {
+    _events.Gaussian: Entry(rdp=_gaussian_rdp, pairs=_gaussian_pairs, rho=_gaussian_rho,
+                            fast_pld=_gaussian_fast_pld),
+    _events.SampledGaussian: Entry(rdp=_poisson_rdp, pairs=event_mechanisms,
+                                   pure_epsilon=_poisson_pure_epsilon, rho=_sampled_gaussian_rho,
+                                   fast_pld=_sampled_gaussian_fast_pld),
+    _events.TruncatedPoissonGaussian: Entry(rdp=_poisson_rdp, pairs=event_mechanisms,
+                                            dominating=sampler_event_pairs,
+                                            pure_epsilon=_poisson_pure_epsilon),
+    _events.SampledWithoutReplacementGaussian: Entry(rdp=_without_replacement_rdp,
+                                                     pairs=event_mechanisms),
+    _events.BallsInBinsGaussian: Entry(rdp=_balls_in_bins_rdp),
+    _events.ShuffledGaussian: Entry(rdp=_shuffled_rdp, pairs=event_mechanisms),
+}
