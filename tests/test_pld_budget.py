@@ -21,6 +21,7 @@ from jaxdp import pld
 from jaxdp import pld_general
 from jaxdp._src.mechanisms.registry import poisson_phases
 from jaxdp._src.pld import kernel as pld_impl
+from jaxdp._src.pld import kernel_guards as _kernel_guards
 
 
 def _domain(n, seed):
@@ -39,7 +40,7 @@ def test_small_order_ceiling_is_an_rdp_bound_never_below_the_full_value():
   with nx.x64():
     for kind, x in (("epsilon", d), ("delta", e)):
       cheap = _host_rdp.small_order_ceiling(kind, q, s, t, x)
-      if kind == "delta":   # as pld._rdp_ceiling reads it
+      if kind == "delta":   # as kernel_guards._rdp_ceiling reads it
         cheap = _rdp_driver.delta_floor(cheap, q, t, x)
       full = _rdp_driver._run_chunked(kind, q, s, t, x, None, "improved")  # pylint: disable=protected-access
       assert not np.any(np.isnan(cheap))
@@ -60,7 +61,7 @@ def _stub_ceiling(monkeypatch, value):
 
   monkeypatch.setattr(_host_rdp, "small_order_ceiling",
                       lambda kind, q, s, t, x: np.full(q.size, float(value)))
-  monkeypatch.setattr(pld_impl, "_full_rdp", full)
+  monkeypatch.setattr(_kernel_guards, "_full_rdp", full)
   return calls
 
 
@@ -69,13 +70,13 @@ def test_rdp_ceiling_escalates_exactly_where_the_cheap_bound_does_not_suffice(mo
   flat = [np.full(5, v) for v in (0.01, 1.0, 100.0, 1e-5)]
   lo = np.array([1.0, 1.0, 2.5, 1.0, 1.0])
   up = np.array([1.5, 2.5, 2.6, np.inf, np.nan])
-  out, full = pld_impl._rdp_ceiling("epsilon", flat, lo, up)  # pylint: disable=protected-access
+  out, full = _kernel_guards._rdp_ceiling("epsilon", flat, lo, up)  # pylint: disable=protected-access
   # rows 1 (ceiling < up), 2 (lo > ceiling), 3 (+inf), 4 (NaN): the full value
   np.testing.assert_array_equal(out, [2.0, 7.0, 7.0, 7.0, 7.0])
   np.testing.assert_array_equal(full, [False, True, True, True, True])
   assert calls == [4]
   calls.clear()
-  out, full = pld_impl._rdp_ceiling("epsilon", flat[:1] * 4, lo[:1], up[:1])  # pylint: disable=protected-access
+  out, full = _kernel_guards._rdp_ceiling("epsilon", flat[:1] * 4, lo[:1], up[:1])  # pylint: disable=protected-access
   assert calls == [] and out[0] == 2.0 and not full[0]
 
 

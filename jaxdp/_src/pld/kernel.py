@@ -140,8 +140,8 @@ The optimistic slacks carry a 1e-6 relative margin against the round-off in
 the tangent gaps where the caps allow.
 
 Code layout: :mod:`jaxdp._src.pld.step` holds the one-step discretisation (loss
-geometry, packed block layout, pessimistic/optimistic buckets, Chernoff window
-edges), :mod:`jaxdp._src.pld.compose` the FFT composition (XLA),
+geometry, pessimistic/optimistic buckets, Chernoff window edges; the packed
+block layout in :mod:`jaxdp._src.pld.step_layout`), :mod:`jaxdp._src.pld.compose` the FFT composition (XLA),
 :mod:`jaxdp._src.pld.readout` the δ/ε queries on the composed windows (NumPy on
 the host: nothing to compile per window length), :mod:`jaxdp._src.pld.tilt` the
 tilted second pass, :mod:`jaxdp._src.pld.run` the
@@ -155,9 +155,9 @@ from __future__ import annotations
 import numpy as np
 
 from jaxdp._src.kernels import rdp_driver as _rdp_driver
-from jaxdp._src.kernels import guards as _guards
 from jaxdp._src.core import numerics as num
 from jaxdp._src.pld import fallback as _pld_fallback
+from jaxdp._src.pld.kernel_guards import _guard, _one_step_values
 
 __all__ = [
     "delta",
@@ -166,10 +166,12 @@ __all__ = [
 ]
 
 from jaxdp._src.pld.step import (  # noqa: F401  (re-exported for tests and tools)
-    _BLK, _CHUNK_BLOCKS, _EDGE_PAD, _MAX_AUTO_H, _MAX_ELEMS, _MAX_FFT, _MAX_STEP_GRID,
-    _MAX_WINDOW, _SQRT_HALF, _TAIL, _Rows, _chernoff_edges, _chunks, _edges, _grid_range,
-    _grid_steps, _loss_of_x, _one_step, _optimistic, _pack, _pow2, _single_step, _stage1,
+    _EDGE_PAD, _MAX_AUTO_H, _MAX_ELEMS, _MAX_FFT, _MAX_STEP_GRID,
+    _MAX_WINDOW, _SQRT_HALF, _TAIL, _chernoff_edges, _edges, _grid_range,
+    _grid_steps, _loss_of_x, _one_step, _optimistic, _single_step, _stage1,
     _x_of_loss)
+from jaxdp._src.pld.step_layout import (  # noqa: F401  (re-exported for tests and tools)
+    _BLK, _CHUNK_BLOCKS, _Rows, _chunks, _pack, _pow2)
 from jaxdp._src.pld.compose import _compose_group  # noqa: F401
 from jaxdp._src.pld.run import _fft_size, _run_within_memory  # noqa: F401
 
@@ -430,92 +432,3 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
   return lo, up, rdp_up
 
 
-def _one_step_values(name, q, sigma, value, shape):
-  """The exact one-step ε (or δ) that the guards compare with (a lower bound
-  on the composed one), of the broadcast ``shape``."""
-  q, sigma, value = (np.broadcast_to(np.asarray(a, np.float64), shape) for a in (q, sigma, value))
-  if name == "epsilon":
-    return _guards.one_step_epsilon(q, sigma, value)
-  return _guards.one_step_delta(q, sigma, value)
-
-
-def _guard(name, lo, up, q, sigma, steps, value, shape, full_rdp=True, one=None,
-           skip_full=False):
-  """Runtime soundness guards (:mod:`jaxdp._src.kernels.guards`) on a tight answer;
-  returns ``(lower, upper, rdp_upper)``.  ``one``: the one-step values of
-  :func:`_one_step_values` if already computed; ``skip_full``: the full RDP
-  value only where it may be below ``up`` (:func:`guarded_bounds`,
-  ``rdp_value=False``)."""
-  if one is None:
-    one = _one_step_values(name, q, sigma, value, shape)
-  q, sigma, steps, value = (np.broadcast_to(np.asarray(a, np.float64), shape)
-                            for a in (q, sigma, steps, value))
-  composed = (np.round(steps) >= 1) & (q > 0)
-  flat = [a.reshape(-1) for a in (q, sigma, steps, value)]
-  with num.x64():
-    if full_rdp and skip_full:
-      rdp_up, full = _rdp_unless_below_floor(flat, lo.reshape(-1), up.reshape(-1))
-    elif full_rdp:
-      rdp_up, full = _full_rdp(name, flat), np.ones(lo.size, bool)
-    else:
-      rdp_up, full = _rdp_ceiling(name, flat, lo.reshape(-1), up.reshape(-1))
-    rdp_up, full = rdp_up.reshape(shape), full.reshape(shape)
-
-    def safe(mask):   # the full default-orders RDP value where a guard failed
-      todo = mask & ~full
-      if np.any(todo):
-        rdp_up[todo] = _full_rdp(name, [a[todo.reshape(-1)] for a in flat])
-      return rdp_up[mask]
-
-    lo, up = _guards.check(name, lo, up, one, composed, safe, certified_upper=rdp_up)
-  return lo, up, rdp_up
-
-
-def _rdp_unless_below_floor(flat, lo, up):
-  """(RDP ε, where it is the full value): the full default-path value where
-  it may lie below ``up``; elsewhere (a certified lower end > 0 and
-  ``up`` <= a lower bound on the full value) the cheap ceiling, which then
-  changes neither min(up, RDP) nor the guard lower <= RDP."""
-  from jaxdp._src.kernels import host_rdp as _host_rdp  # pylint: disable=g-import-not-at-top
-  floor = _host_rdp.epsilon_floor(*flat)
-  values = _host_rdp.small_order_ceiling("epsilon", *flat)
-  # (the ceiling is never below the full value; where it is below up, the
-  # full value is needed whatever the floor says)
-  need = ~((lo > 0) & (up <= floor) & (values >= up))
-  if np.any(need):
-    values[need] = _full_rdp("epsilon", [a[need] for a in flat])
-  return values, need
-
-
-def _full_rdp(name, flat):
-  return _rdp_driver.guard_rdp(name, *flat)
-
-
-def _rdp_ceiling(name, flat, lo, up):
-  """The RDP upper bound beside a PLD interval [lo, up] (flat arrays).
-
-  The default-orders RDP value (grid plus continuous order search) costs ~3
-  ms per configuration on the host and compiles seconds of XLA past the
-  first calls, while the PLD answer it guards costs ~10 ms. So a cheap
-  valid RDP bound comes first (:func:`jaxdp._src.kernels.host_rdp.small_order_ceiling`:
-  integer orders <= 64, exact sums; never below the full value), and the
-  full value is computed only where that bound is below ``up`` (the RDP
-  value may then be the smaller answer), below ``lo`` (the guard that the
-  certified lower end stays below RDP must not fail on a looser RDP bound)
-  or where ``up`` is not finite.  Elsewhere the guard "lower <= RDP" checks
-  against the cheap bound (a lower end between the two RDP values passes
-  it), and min(up, RDP) reads ``up`` where the full value might lie in
-  [lo, up): never below what ``jaxdp.epsilon`` (full value everywhere)
-  reports, and above it by at most the certified interval's width.
-
-  Returns:
-    ``(values, full)``: the RDP bounds and where they are the full value.
-  """
-  from jaxdp._src.kernels import host_rdp as _host_rdp  # pylint: disable=g-import-not-at-top
-  ceiling = _host_rdp.small_order_ceiling(name, *flat)
-  if name == "delta":
-    ceiling = _rdp_driver.delta_floor(ceiling, flat[0], flat[2], flat[3])
-  need = ~((ceiling >= up) & (lo <= ceiling) & np.isfinite(up))
-  if np.any(need):
-    ceiling[need] = _full_rdp(name, [a[need] for a in flat])
-  return ceiling, need
