@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp._src.core import numerics as _numerics
-from jaxdp._src.kernels.cdp import _dual, _float
+from jaxdp._src.kernels.cdp_common import _dual, _float
 
 __all__ = [
     "basic",
