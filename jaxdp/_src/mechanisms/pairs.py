@@ -69,7 +69,8 @@ from scipy import special as sps
 
 from jaxdp._src.mechanisms.pair_types import (
     DiscretePair, Mechanism, MixturePair, MonotonePair, SymmetrizedPair, _split)
-from jaxdp._src.mechanisms.discretise import LossPMF, _bisect_x, discretize
+from jaxdp._src.mechanisms.discretise import LossPMF, discretize
+from jaxdp._src.mechanisms.loss_levels import _bisect_x
 
 __all__ = [
     "DiscretePair", "MonotonePair", "SymmetrizedPair", "MixturePair", "Mechanism", "LossPMF",
