@@ -191,10 +191,48 @@ def shuffle_lower_bound_epsilon(dataset_size, batch_size, sigma, epochs, delta, 
   Returns:
     A Python float ε_lower ≥ 0 (0 when no violation was certified).
   """
-  import mpmath as mp
   from scipy import special as sps
-  from scipy import stats
 
+  _check_shuffle_lower_bound_args(dataset_size, batch_size, sigma, epochs, delta, relation)
+  k, candidates = _shuffle_pairs(dataset_size, batch_size, relation)
+  sigma = float(sigma)
+  epochs = int(epochs)
+  n_used = k * int(batch_size)
+  n_pool = int(dataset_size) + (1 if relation == "add_remove" else 0)
+  xs = np.arange(epochs + 1)
+
+  # Thresholds: quantiles of the null max over a wide range of tail masses.
+  taus = [sigma * float(sps.ndtri(math.exp(math.log1p(-s) / k)))
+          for s in np.exp(np.linspace(math.log(0.5), math.log(1e-12), 40))]
+  best = (0.0, None)
+  for w, s_1, s_2 in candidates:
+    for tau in taus:
+      l1, l2 = _log_exceed(tau, s_1, w, k, sigma), _log_exceed(tau, s_2, w, k, sigma)
+      for a, b, order in ((l1, l2, 0), (l2, l1, 1)):
+        e = _binomial_eps_for(a, b, delta, epochs, xs)
+        if e > best[0]:
+          best = (e, (tau, order, s_1, s_2))
+  eps, arg = best
+  if arg is None:
+    return 0.0
+  tau, order, s_1, s_2 = arg
+  p_1 = _exceed_mp(tau, s_1, k, sigma, n_used, n_pool)
+  p_2 = _exceed_mp(tau, s_2, k, sigma, n_used, n_pool)
+  p1, p2 = (p_1, p_2) if order == 0 else (p_2, p_1)
+  # Certify in 50-digit arithmetic, backing off until the violation is verified.
+  cand = eps
+  for _ in range(60):
+    if _binomial_hockey_mp(p1, p2, cand, epochs) > delta:
+      return float(cand)
+    cand = cand * (1.0 - 1e-6) - 1e-12 if cand > 1e-9 else 0.0
+    if cand == 0.0:
+      return 0.0
+  return 0.0
+
+
+def _check_shuffle_lower_bound_args(dataset_size, batch_size, sigma, epochs, delta, relation):
+  """Raises ValueError naming the first bad argument of
+  :func:`shuffle_lower_bound_epsilon`."""
   if relation not in _SHUFFLE_RELATIONS:
     raise ValueError(f"relation must be one of {_SHUFFLE_RELATIONS}; found {relation!r}.")
   for name, v, kw in (("dataset_size", dataset_size, dict(low=1.0, integer=True)),
@@ -205,84 +243,65 @@ def shuffle_lower_bound_epsilon(dataset_size, batch_size, sigma, epochs, delta, 
     nx.check_array(name, v, **kw)
   if batch_size > dataset_size:
     raise ValueError(f"batch_size must be <= dataset_size; found {batch_size} > {dataset_size}.")
-  k, candidates = _shuffle_pairs(dataset_size, batch_size, relation)
-  sigma = float(sigma)
-  epochs = int(epochs)
-  n_used = k * int(batch_size)
-  n_pool = int(dataset_size) + (1 if relation == "add_remove" else 0)
 
-  def log_exceed(tau, shift, w):
-    # log P(max > τ) for one epoch, float64 via log_ndtr.
-    base = (k - 1) * sps.log_ndtr(tau / sigma)
-    log_f_used = sps.log_ndtr((tau - shift) / sigma) + base
-    log_f_unused = sps.log_ndtr(tau / sigma) + base
-    f_mix = np.logaddexp(np.log1p(-w) + log_f_unused, np.log(w) + log_f_used) if w < 1 else log_f_used
-    return np.log(-np.expm1(f_mix))
 
-  def exceed_mp(tau, shift):
-    with mp.workdps(50):
-      t, sg, sh = mp.mpf(tau), mp.mpf(sigma), mp.mpf(shift)
-      ww = mp.mpf(n_used) / n_pool
-      base = mp.ncdf(t / sg) ** (k - 1)
-      f = (1 - ww) * mp.ncdf(t / sg) * base + ww * mp.ncdf((t - sh) / sg) * base
-      return 1 - f
+def _log_exceed(tau, shift, w, k, sigma):
+  """log P(max > τ) for one epoch of k noisy batch sums (float64, log_ndtr):
+  1 - (1-w) Φ(τ/σ)^k - w Φ((τ-s)/σ) Φ(τ/σ)^{k-1}."""
+  from scipy import special as sps
+  base = (k - 1) * sps.log_ndtr(tau / sigma)
+  log_f_used = sps.log_ndtr((tau - shift) / sigma) + base
+  log_f_unused = sps.log_ndtr(tau / sigma) + base
+  f_mix = np.logaddexp(np.log1p(-w) + log_f_unused, np.log(w) + log_f_used) if w < 1 else log_f_used
+  return np.log(-np.expm1(f_mix))
 
-  xs = np.arange(epochs + 1)
 
-  def hockey(lp, lq, eps):
-    a = stats.binom.logpmf(xs, epochs, math.exp(lp))
-    b = stats.binom.logpmf(xs, epochs, math.exp(lq))
-    d = np.exp(a) - np.exp(eps + b)
-    return float(np.sum(np.where(d > 0, d, 0.0)))
+def _exceed_mp(tau, shift, k, sigma, n_used, n_pool):
+  """P(max > τ) for one epoch in 50-digit arithmetic (w = n_used / n_pool)."""
+  import mpmath as mp
+  with mp.workdps(50):
+    t, sg, sh = mp.mpf(tau), mp.mpf(sigma), mp.mpf(shift)
+    ww = mp.mpf(n_used) / n_pool
+    base = mp.ncdf(t / sg) ** (k - 1)
+    f = (1 - ww) * mp.ncdf(t / sg) * base + ww * mp.ncdf((t - sh) / sg) * base
+    return 1 - f
 
-  def hockey_mp(p1, p2, eps):
-    with mp.workdps(50):
-      tot = mp.mpf(0)
-      e = mp.e ** mp.mpf(eps)
-      for x in range(epochs + 1):
-        c = mp.binomial(epochs, x)
-        d = c * p1 ** x * (1 - p1) ** (epochs - x) - e * c * p2 ** x * (1 - p2) ** (epochs - x)
-        if d > 0:
-          tot += d
-      return tot
 
-  def eps_for(lp, lq):
-    if hockey(lp, lq, 0.0) <= delta:
-      return 0.0
-    lo, hi = 0.0, 1.0
-    while hockey(lp, lq, hi) > delta and hi < 1e4:
-      lo, hi = hi, 2.0 * hi
-    for _ in range(60):
-      mid = 0.5 * (lo + hi)
-      if hockey(lp, lq, mid) > delta:
-        lo = mid
-      else:
-        hi = mid
-    return lo
+def _binomial_hockey(lp, lq, eps, epochs, xs):
+  """H_{e^ε}(Bin(E, e^lp) ‖ Bin(E, e^lq)) in float64 (``xs`` = 0..E)."""
+  from scipy import stats
+  a = stats.binom.logpmf(xs, epochs, math.exp(lp))
+  b = stats.binom.logpmf(xs, epochs, math.exp(lq))
+  d = np.exp(a) - np.exp(eps + b)
+  return float(np.sum(np.where(d > 0, d, 0.0)))
 
-  # Thresholds: quantiles of the null max over a wide range of tail masses.
-  taus = [sigma * float(sps.ndtri(math.exp(math.log1p(-s) / k)))
-          for s in np.exp(np.linspace(math.log(0.5), math.log(1e-12), 40))]
-  best = (0.0, None)
-  for w, s_1, s_2 in candidates:
-    for tau in taus:
-      l1, l2 = log_exceed(tau, s_1, w), log_exceed(tau, s_2, w)
-      for a, b, order in ((l1, l2, 0), (l2, l1, 1)):
-        e = eps_for(a, b)
-        if e > best[0]:
-          best = (e, (tau, order, s_1, s_2))
-  eps, arg = best
-  if arg is None:
+
+def _binomial_hockey_mp(p1, p2, eps, epochs):
+  """H_{e^ε}(Bin(E, p1) ‖ Bin(E, p2)) in 50-digit arithmetic."""
+  import mpmath as mp
+  with mp.workdps(50):
+    tot = mp.mpf(0)
+    e = mp.e ** mp.mpf(eps)
+    for x in range(epochs + 1):
+      c = mp.binomial(epochs, x)
+      d = c * p1 ** x * (1 - p1) ** (epochs - x) - e * c * p2 ** x * (1 - p2) ** (epochs - x)
+      if d > 0:
+        tot += d
+    return tot
+
+
+def _binomial_eps_for(lp, lq, delta, epochs, xs):
+  """Largest ε (bisection, float64) with H_{e^ε} > δ between the two
+  binomials of :func:`_binomial_hockey`; 0 when H_1 ≤ δ already."""
+  if _binomial_hockey(lp, lq, 0.0, epochs, xs) <= delta:
     return 0.0
-  tau, order, s_1, s_2 = arg
-  p_1, p_2 = exceed_mp(tau, s_1), exceed_mp(tau, s_2)
-  p1, p2 = (p_1, p_2) if order == 0 else (p_2, p_1)
-  # Certify in 50-digit arithmetic, backing off until the violation is verified.
-  cand = eps
+  lo, hi = 0.0, 1.0
+  while _binomial_hockey(lp, lq, hi, epochs, xs) > delta and hi < 1e4:
+    lo, hi = hi, 2.0 * hi
   for _ in range(60):
-    if hockey_mp(p1, p2, cand) > delta:
-      return float(cand)
-    cand = cand * (1.0 - 1e-6) - 1e-12 if cand > 1e-9 else 0.0
-    if cand == 0.0:
-      return 0.0
-  return 0.0
+    mid = 0.5 * (lo + hi)
+    if _binomial_hockey(lp, lq, mid, epochs, xs) > delta:
+      lo = mid
+    else:
+      hi = mid
+  return lo
