@@ -31,7 +31,7 @@ from dp_accounting import dp_event as dpe
 from dp_accounting.pld import common as dp_common
 from dp_accounting.pld import privacy_loss_distribution as dp_pld
 from dp_accounting.rdp import rdp_privacy_accountant as dp_rdp
-from jaxdp._src.mechanisms import discrete as D_impl
+from jaxdp._src.mechanisms import discrete_pairs as D_impl
 
 logging.getLogger().setLevel(logging.ERROR)  # dp_accounting's connect-the-dots notices
 

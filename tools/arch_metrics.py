@@ -8,7 +8,8 @@ Counts, over the package's modules (``jaxdp`` by default):
 * functions over 60 lines of code (docstrings, comments and blank lines not
   counted);
 * private names imported across modules (``from jaxdp.x import _y`` and
-  ``jaxdp.x._y`` attribute reads of another module);
+  ``jaxdp.x._y`` attribute reads of another module), and how many of them
+  cross a layer of ``jaxdp/_src`` or go through a public module;
 * jaxdp-internal imports made inside functions;
 * import cycles: strongly connected components of the module import graph,
   imports inside functions included (their sizes);
@@ -168,6 +169,12 @@ def _sccs(edges):
   return out
 
 
+def _layer(module):
+  """The layer of a module: ``jaxdp._src.<layer>...``, or ``public`` above them."""
+  parts = module.split(".")
+  return parts[2] if len(parts) > 2 and parts[1] == "_src" else "public"
+
+
 def main(argv):
   pkg_dir = argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "jaxdp")
   r = analyse(os.path.normpath(pkg_dir))
@@ -181,6 +188,9 @@ def main(argv):
   for user, name in r["private"]:
     users.setdefault(name, set()).add(user)
   print(f"private names imported across modules: {len(users)} names, {len(r['private'])} uses")
+  crossing = {(u, n) for u, n in r["private"] if _layer(u) != _layer(n.rsplit(".", 1)[0])}
+  print(f"  of which across layers (or through a public module): {len({n for _, n in crossing})} "
+        f"names, {len(crossing)} uses")
   print(f"jaxdp imports inside functions: {r['inner_imports']}")
   print(f"import cycles: {len(r['cycles'])} " + "; ".join(
       f"{len(c)} modules ({', '.join(x.split('.')[-1] for x in c)})" for c in r["cycles"]))

@@ -15,7 +15,8 @@ import numpy as np
 
 from jaxdp._src.core import numerics as nx
 from jaxdp._src import events as _events
-from jaxdp._src.mechanisms.discrete import _mechanism, discrete_pair, pure_dp_rdp
+from jaxdp._src.mechanisms.discrete import pure_dp_rdp
+from jaxdp._src.mechanisms.discrete_pairs import _mechanism, discrete_pair
 from jaxdp._src.mechanisms.entry import Entry
 
 __all__ = ["pmf_pair_rdp", "pmf_pair_pairs"]
