@@ -161,7 +161,7 @@ def test_end_to_end_epsilon_implied_bounds_and_wiring():
   eps_rem = float(rdp.to_epsilon(epochs * both[0], rdp.DEFAULT_ORDERS, delta)[0])
   assert eps >= eps_rem * (1 - 1e-12), (eps, eps_rem)
   # The kernel's add direction is this module's bound (AM–GM etc. are far looser here).
-  np.testing.assert_allclose(both[1] * (rdp.DEFAULT_ORDERS - 1) / rdp_common._safety(jnp.float64),
+  np.testing.assert_allclose(both[1] * (rdp.DEFAULT_ORDERS - 1) / rdp_common.safety_factor(jnp.float64),
                              _bound(float(k), sigma, rdp.DEFAULT_ORDERS), rtol=1e-12)
 
 

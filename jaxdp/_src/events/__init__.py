@@ -56,7 +56,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from jaxdp._src.events.fields import RELATIONS, _Event, _register_static, _validate_fields
+from jaxdp._src.events.fields import RELATIONS, EventBase, register_static, validate_fields
 
 __all__ = [
     "Gaussian",
@@ -81,7 +81,7 @@ __all__ = [
 ]
 
 
-class Gaussian(_Event, collections.namedtuple("Gaussian", ["sigma", "sensitivity"],
+class Gaussian(EventBase, collections.namedtuple("Gaussian", ["sigma", "sensitivity"],
                                               defaults=(None,))):
   """Gaussian mechanism N(f(x), σ²) with noise standard deviation ``sigma`` > 0.
 
@@ -93,9 +93,9 @@ class Gaussian(_Event, collections.namedtuple("Gaussian", ["sigma", "sensitivity
   __slots__ = ()
 
 
-@_register_static
+@register_static
 class SampledGaussian(
-    _Event, collections.namedtuple("SampledGaussian", ["q", "sigma", "relation"],
+    EventBase, collections.namedtuple("SampledGaussian", ["q", "sigma", "relation"],
                                    defaults=("add_remove",))):
   """Poisson-subsampled Gaussian mechanism: rate ``q`` in [0, 1], ``sigma`` > 0.
 
@@ -114,17 +114,17 @@ class SampledGaussian(
   __slots__ = ()
 
 
-class Laplace(_Event, collections.namedtuple("Laplace", ["b"])):
+class Laplace(EventBase, collections.namedtuple("Laplace", ["b"])):
   """Laplace mechanism with scale ``b`` > 0 (L1 sensitivity 1): (1/b)-DP."""
   __slots__ = ()
 
 
-class PureDP(_Event, collections.namedtuple("PureDP", ["epsilon"])):
+class PureDP(EventBase, collections.namedtuple("PureDP", ["epsilon"])):
   """Any ``epsilon``-DP mechanism (``epsilon`` >= 0)."""
   __slots__ = ()
 
 
-class RandomizedResponse(_Event, collections.namedtuple(
+class RandomizedResponse(EventBase, collections.namedtuple(
     "RandomizedResponse", ["noise_parameter", "num_buckets"])):
   """k-ary randomized response: dp_accounting's ``RandomizedResponseDpEvent``.
 
@@ -142,7 +142,7 @@ class RandomizedResponse(_Event, collections.namedtuple(
   __slots__ = ()
 
 
-class DiscreteLaplace(_Event, collections.namedtuple(
+class DiscreteLaplace(EventBase, collections.namedtuple(
     "DiscreteLaplace", ["parameter", "sensitivity"], defaults=(None,))):
   """Discrete Laplace mechanism: dp_accounting's ``DiscreteLaplaceDpEvent``.
 
@@ -155,7 +155,7 @@ class DiscreteLaplace(_Event, collections.namedtuple(
   __slots__ = ()
 
 
-class DiscreteGaussian(_Event, collections.namedtuple(
+class DiscreteGaussian(EventBase, collections.namedtuple(
     "DiscreteGaussian", ["sigma", "sensitivity"], defaults=(None,))):
   """Discrete Gaussian mechanism (Canonne, Kamath & Steinke 2020).
 
@@ -170,8 +170,8 @@ class DiscreteGaussian(_Event, collections.namedtuple(
   __slots__ = ()
 
 
-@_register_static
-class MixtureOfGaussians(_Event, collections.namedtuple(
+@register_static
+class MixtureOfGaussians(EventBase, collections.namedtuple(
     "MixtureOfGaussians", ["sigma", "sensitivities", "probabilities"])):
   """Gaussian noise with a random sensitivity: dp_accounting's ``MixtureOfGaussiansDpEvent``.
 
@@ -193,7 +193,7 @@ class MixtureOfGaussians(_Event, collections.namedtuple(
   __slots__ = ()
 
 
-class EpsilonDelta(_Event, collections.namedtuple("EpsilonDelta", ["epsilon", "delta"])):
+class EpsilonDelta(EventBase, collections.namedtuple("EpsilonDelta", ["epsilon", "delta"])):
   """Any (ε, δ)-DP mechanism: ``epsilon`` >= 0, ``delta`` in [0, 1].
 
   Accounted by its worst case, the four-point pair of Kairouz, Oh & Viswanath
@@ -204,7 +204,7 @@ class EpsilonDelta(_Event, collections.namedtuple("EpsilonDelta", ["epsilon", "d
   __slots__ = ()
 
 
-class SampledLaplace(_Event, collections.namedtuple("SampledLaplace", ["q", "b"])):
+class SampledLaplace(EventBase, collections.namedtuple("SampledLaplace", ["q", "b"])):
   """Poisson-subsampled Laplace mechanism: rate ``q`` in [0, 1], scale ``b`` > 0.
 
   Each example is included independently with probability q; the sum (L1
@@ -215,8 +215,8 @@ class SampledLaplace(_Event, collections.namedtuple("SampledLaplace", ["q", "b"]
   __slots__ = ()
 
 
-@_register_static
-class PMFPair(_Event, collections.namedtuple("PMFPair", ["p", "q"])):
+@register_static
+class PMFPair(EventBase, collections.namedtuple("PMFPair", ["p", "q"])):
   """A user-supplied pair of probability mass functions on a common finite support.
 
   ``p[i]`` and ``q[i]`` are the probabilities of outcome i on the larger and
@@ -229,8 +229,8 @@ class PMFPair(_Event, collections.namedtuple("PMFPair", ["p", "q"])):
   __slots__ = ()
 
 
-@_register_static
-class TruncatedPoissonGaussian(_Event, collections.namedtuple(
+@register_static
+class TruncatedPoissonGaussian(EventBase, collections.namedtuple(
     "TruncatedPoissonGaussian", ["dataset_size", "q", "capacity", "sigma", "relation"],
     defaults=("add_remove",))):
   """Gaussian sum over a Poisson sample truncated to at most ``capacity``.
@@ -284,8 +284,8 @@ class TruncatedPoissonGaussian(_Event, collections.namedtuple(
   __slots__ = ()
 
 
-@_register_static
-class SampledWithoutReplacementGaussian(_Event, collections.namedtuple(
+@register_static
+class SampledWithoutReplacementGaussian(EventBase, collections.namedtuple(
     "SampledWithoutReplacementGaussian",
     ["dataset_size", "batch_size", "sigma", "relation"],
     defaults=("replace_one",))):
@@ -326,7 +326,7 @@ class SampledWithoutReplacementGaussian(_Event, collections.namedtuple(
   __slots__ = ()
 
 
-class BallsInBinsGaussian(_Event, collections.namedtuple(
+class BallsInBinsGaussian(EventBase, collections.namedtuple(
     "BallsInBinsGaussian", ["dataset_size", "batch_size", "sigma", "capacity"],
     defaults=(None,))):
   """One epoch of balls-in-bins batches, each with a Gaussian sum: k = N // B steps.
@@ -358,8 +358,8 @@ class BallsInBinsGaussian(_Event, collections.namedtuple(
   __slots__ = ()
 
 
-@_register_static
-class ShuffledGaussian(_Event, collections.namedtuple(
+@register_static
+class ShuffledGaussian(EventBase, collections.namedtuple(
     "ShuffledGaussian", ["dataset_size", "batch_size", "sigma", "relation"],
     defaults=("add_remove",))):
   """One epoch of shuffled batches, each with a Gaussian sum: k = N // B steps.
@@ -422,7 +422,7 @@ def validate(event: Any) -> Any:
     raise TypeError(
         f"Unknown event {event!r}; expected one of "
         f"{', '.join(t.__name__ for t in EVENT_TYPES)}.")
-  _validate_fields(event)
+  validate_fields(event)
   return event
 
 

@@ -5,9 +5,10 @@ for a legal event) and cross-field order checks; validation of concrete
 numeric fields (tracers and non-numeric placeholders pass untouched),
 neighbouring relations and static vector fields; the pytree registration of
 events whose relation and vector fields are static auxiliary data; and the
-:class:`_Event` mixin that validates at construction. Split out of the
+:class:`EventBase` mixin that validates at construction. Split out of the
 package's ``__init__`` (moves only).
 """
+
 from __future__ import annotations
 
 import math
@@ -42,7 +43,6 @@ RELATIONS = ("add_remove", "replace_one")
 
 # Marks a field that is static pytree auxiliary data checked against RELATIONS.
 _RELATION = object()
-
 
 
 class _Vector:
@@ -177,7 +177,7 @@ def _check_structure(event) -> None:
     _check_pmf_sum(f"{cls}.q", event.q)
 
 
-def _validate_fields(event) -> None:
+def validate_fields(event) -> None:
   cls = type(event).__name__
   checks = _FIELD_CHECKS[cls]
   for field in event._fields:
@@ -204,7 +204,7 @@ def _validate_fields(event) -> None:
             f"{cls}.{small} must be <= {cls}.{large}; found {a[i]} > {b[i]}{at}.")
 
 
-def _register_static(cls):
+def register_static(cls):
   """Registers a NamedTuple event whose relation and vector fields are static aux data.
 
   The numeric fields stay leaves (they may be traced); the string and
@@ -229,7 +229,7 @@ def _register_static(cls):
   return cls
 
 
-class _Event:
+class EventBase:
   """Mixin: validates concrete fields at construction."""
   __slots__ = ()
 
@@ -240,5 +240,5 @@ class _Event:
                for f in self._fields if isinstance(checks[f], _Vector)}
     if vectors:
       self = self._replace(**vectors)
-    _validate_fields(self)
+    validate_fields(self)
     return self

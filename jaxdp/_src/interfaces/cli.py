@@ -32,9 +32,10 @@ from typing import List, Optional
 
 import numpy as np
 
-from jaxdp._src.interfaces.cli_parser import (_PROG, _Parser, _UsageError, _acc,
-                                              _add_calibrate_command, _add_delta_command,
-                                              _add_epsilon_command, _add_sweep_command, _fmt)
+from jaxdp._src.interfaces.cli_parser import (PROG, Parser, UsageError, accountant_kwargs,
+                                              add_calibrate_command, add_delta_command,
+                                              add_epsilon_command, add_sweep_command,
+                                              format_number)
 from jaxdp._src.interfaces.cli_sweep import _cmd_sweep
 
 __all__ = ["main"]
@@ -43,8 +44,8 @@ __all__ = ["main"]
 def _build_parser() -> argparse.ArgumentParser:
   """The ``jaxdp`` parser: its four commands (the subparsers of
   :mod:`jaxdp._src.interfaces.cli_parser`), with this module's examples as its epilog."""
-  parser = _Parser(
-      prog=_PROG,
+  parser = Parser(
+      prog=PROG,
       description="Differential-privacy accounting for DP-SGD (Poisson-sampled Gaussian "
       "mechanism): compute the privacy budget (epsilon, delta) of a training run, or "
       "calibrate the noise, number of steps or sampling rate to meet a budget.",
@@ -52,12 +53,12 @@ def _build_parser() -> argparse.ArgumentParser:
       + "\n\nRun 'jaxdp COMMAND --help' for the options of a command. Exit status: 0 ok, "
       "1 some rows/targets failed, 2 invalid arguments.",
       formatter_class=argparse.RawDescriptionHelpFormatter)
-  sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+  sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
-  _add_epsilon_command(sub)
-  _add_delta_command(sub)
-  _add_calibrate_command(sub)
-  _add_sweep_command(sub)
+  add_epsilon_command(sub)
+  add_delta_command(sub)
+  add_calibrate_command(sub)
+  add_sweep_command(sub)
   return parser
 
 
@@ -163,9 +164,9 @@ def _print_tight(args, q, sigma, steps) -> None:
   name = args.command
   value = args.delta if name == "epsilon" else args.epsilon
   lo, up, rdp_up = rate.tight_one(name, q, sigma, steps, value)
-  print(f"{name} = {_fmt(min(up, rdp_up))}")
-  print(f"{name}_lower = {_fmt(min(lo, up, rdp_up))}")
-  print(f"{name}_rdp = {_fmt(rdp_up)}")
+  print(f"{name} = {format_number(min(up, rdp_up))}")
+  print(f"{name}_lower = {format_number(min(lo, up, rdp_up))}")
+  print(f"{name}_rdp = {format_number(rdp_up)}")
 
 
 def _need(args, name, flag):
@@ -243,25 +244,25 @@ def _cmd_forward(args) -> int:
     q = smp
   sigma = _need(args, "sigma", "--sigma")
   if args.accountant == "pld" and smp is None and tuning is None:
-    _acc(args)   # rejects --orders with pld
+    accountant_kwargs(args)   # rejects --orders with pld
     _print_tight(args, q, sigma, steps)
     if args.command == "epsilon":
       _print_tradeoff(q, sigma, steps, fprs)
     return 0
   if args.command == "epsilon":
-    value = api.epsilon(q, sigma, steps, args.delta, **_acc(args))
+    value = api.epsilon(q, sigma, steps, args.delta, **accountant_kwargs(args))
     if tuning is not None:
       from jaxdp._src import events
       from jaxdp._src.solvers import tuning as tuning_mod
       tuned = tuning_mod.epsilon(events.SampledGaussian(q, sigma), steps, args.delta, *tuning,
-                                 orders=_acc(args).get("orders")).tuned
+                                 orders=accountant_kwargs(args).get("orders")).tuned
       # Both are upper bounds; the tuned release is never less private than one run.
-      print(f"epsilon = {_fmt(value)}")
-      print(f"epsilon_tuned = {_fmt(max(float(tuned), float(value)))}")
+      print(f"epsilon = {format_number(value)}")
+      print(f"epsilon_tuned = {format_number(max(float(tuned), float(value)))}")
       return 0
   else:
-    value = api.delta(q, sigma, steps, args.epsilon, **_acc(args))
-  print(f"{args.command} = {_fmt(value)}")
+    value = api.delta(q, sigma, steps, args.epsilon, **accountant_kwargs(args))
+  print(f"{args.command} = {format_number(value)}")
   if args.command == "epsilon":
     _print_tradeoff(q, sigma, steps, fprs)
   return 0
@@ -274,15 +275,15 @@ def _print_tradeoff(q, sigma, steps, fprs):
   from jaxdp._src.accounting import tradeoff as tradeoff_mod
   b = tradeoff_mod.tradeoff(q, sigma, steps, np.asarray(fprs, np.float64))
   for f, up, lo in zip(fprs, np.ravel(b.tpr_upper), np.ravel(b.tpr_lower)):
-    print(f"fpr={_fmt(f)} tpr_upper={_fmt(up)} tpr_lower={_fmt(lo)}")
+    print(f"fpr={format_number(f)} tpr_upper={format_number(up)} tpr_lower={format_number(lo)}")
 
 
 def _solve_one(args, tight, name, plain, tight_fn, bound_name, *values, **kw):
   """One calibration: the RDP/PLD answer (one line), or the tight one (the
   value, its certified end ``bound_name`` and the RDP answer). Returns the value."""
   if not tight:
-    value = plain(args.target_epsilon, args.delta, *values, **kw, **_acc(args))
-    print(f"{name} = {_fmt(value)}")
+    value = plain(args.target_epsilon, args.delta, *values, **kw, **accountant_kwargs(args))
+    print(f"{name} = {format_number(value)}")
     return float(value)
   kw.pop("sampler", None)
   ans = tight_fn(args.target_epsilon, args.delta, *values, **kw)
@@ -291,9 +292,9 @@ def _solve_one(args, tight, name, plain, tight_fn, bound_name, *values, **kw):
     from jaxdp._src.solvers import calibrate  # pylint: disable=g-import-not-at-top
     value, bound, rdp_value = (min(float(v), calibrate.MAX_STEPS)
                                for v in (value, bound, rdp_value))
-  print(f"{name} = {_fmt(value)}")
-  print(f"{name}_{bound_name} = {_fmt(bound)}")
-  print(f"{name}_rdp = {_fmt(rdp_value)}")
+  print(f"{name} = {format_number(value)}")
+  print(f"{name}_{bound_name} = {format_number(bound)}")
+  print(f"{name}_rdp = {format_number(rdp_value)}")
   return value
 
 
@@ -324,7 +325,7 @@ def _cmd_calibrate(args) -> int:
       value = _solve_one(args, tight, "sigma", calibrate.sigma, tc.tight_sigma, "lower",
                          q if smp is None else smp, steps, rtol=args.rtol)
       if math.isinf(value):
-        print(f"{_PROG}: the target cannot be met by any sigma <= "
+        print(f"{PROG}: the target cannot be met by any sigma <= "
               f"{calibrate.SIGMA_RANGE[1]:g} at this delta.", file=sys.stderr)
         return 1
       return 0
@@ -337,11 +338,11 @@ def _cmd_calibrate(args) -> int:
       value = _solve_one(args, tight, "steps", calibrate.steps, tc.tight_steps, "upper",
                          q if smp is None else smp, sigma, **kw)
       if value >= calibrate.MAX_STEPS:
-        print(f"{_PROG}: every number of steps up to {calibrate.MAX_STEPS} (jaxdp's largest) "
+        print(f"{PROG}: every number of steps up to {calibrate.MAX_STEPS} (jaxdp's largest) "
               "meets the target.", file=sys.stderr)
       elif args.dataset_size is not None and args.batch_size is not None:
         # epochs by the one rule: steps / steps per epoch (jaxdp.sampling)
-        print(f"epochs = {_fmt(value / _steps_per_epoch(q, smp))}")
+        print(f"epochs = {format_number(value / _steps_per_epoch(q, smp))}")
       return 0
     if args.q is not None or args.batch_size is not None:
       raise ValueError("--solve sampling-rate: do not give --q or --batch-size.")
@@ -353,9 +354,9 @@ def _cmd_calibrate(args) -> int:
     if smp is not None and args.sampler not in (None, "poisson", "truncated-poisson"):
       print(f"batch_size = {round(value * smp.dataset_size)}")
     elif args.dataset_size is not None:
-      print(f"batch_size = {_fmt(math.floor(value * args.dataset_size + 1e-9))}")
+      print(f"batch_size = {format_number(math.floor(value * args.dataset_size + 1e-9))}")
     if value == 0.0:
-      print(f"{_PROG}: no sampling rate >= {calibrate.MIN_SAMPLING_RATE:g} meets the target.",
+      print(f"{PROG}: no sampling rate >= {calibrate.MIN_SAMPLING_RATE:g} meets the target.",
             file=sys.stderr)
       return 1
     return 0
@@ -394,12 +395,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "calibrate":
       return _cmd_calibrate(args)
     return _cmd_sweep(args)
-  except (_UsageError, ValueError) as e:
+  except (UsageError, ValueError) as e:
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    print(f"{_PROG}: error: {msg}", file=sys.stderr)
+    print(f"{PROG}: error: {msg}", file=sys.stderr)
     return 2
   except KeyboardInterrupt:
-    print(f"{_PROG}: interrupted", file=sys.stderr)
+    print(f"{PROG}: interrupted", file=sys.stderr)
     return 130
 
 

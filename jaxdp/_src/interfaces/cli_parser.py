@@ -1,11 +1,15 @@
 """Argument parsing of the ``jaxdp`` command line (:mod:`jaxdp._src.interfaces.cli`).
 
-The subcommands' parsers and their argument types (counts, orders, FPR lists,
-tuning distributions, whole numbers read exactly), the one-line usage error,
-the number format of the printed answers and the accountant keyword
-arguments every command passes on. Split out of
+The subcommands' parsers (``add_*_command``) and their argument types
+(counts, orders, FPR lists, tuning distributions, whole numbers read exactly
+by :func:`exact_number`), the one-line :class:`UsageError`, the number
+format of the printed answers (:func:`format_number`) and the accountant
+keyword arguments every command passes on (:func:`accountant_kwargs`): the
+names :mod:`jaxdp._src.interfaces.cli` and
+:mod:`jaxdp._src.interfaces.cli_sweep` share. Split out of
 :mod:`jaxdp._src.interfaces.cli` (moves only).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,31 +19,30 @@ import math
 import numpy as np
 
 
-_PROG = "jaxdp"
+PROG = "jaxdp"
 # Sweep columns: the five DP-SGD quantities (one is the unknown) and helpers.
-_QUANTITIES = ("epsilon", "delta", "sigma", "steps", "q")
-_HELPERS = ("batch_size", "dataset_size", "epochs")
+QUANTITIES = ("epsilon", "delta", "sigma", "steps", "q")
+HELPERS = ("batch_size", "dataset_size", "epochs")
 
 
-class _UsageError(Exception):
+class UsageError(Exception):
   pass
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
   """ArgumentParser whose errors are one line on stderr and exit status 2."""
 
   def error(self, message):
-    raise _UsageError(f"{message} (see '{self.prog} --help')")
+    raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
-def _fmt(x) -> str:
+def format_number(x) -> str:
   x = float(x)
   if math.isinf(x) or math.isnan(x):
     return str(x)
   if x == int(x) and abs(x) <= 2**53:
     return str(int(x))
   return repr(x)
-
 
 
 # --------------------------------------------------------------------------
@@ -98,7 +101,7 @@ def _count_arg(name):
 
   def parse(text):
     try:
-      return _exact(name, text, whole=True)
+      return exact_number(name, text, whole=True)
     except ValueError as e:
       raise argparse.ArgumentTypeError(str(e)) from None
 
@@ -151,7 +154,7 @@ def _tuning_arg(text):
       f"negative-binomial:MEAN,SHAPE; found {text!r}")
 
 
-def _add_epsilon_command(sub) -> None:
+def add_epsilon_command(sub) -> None:
   """The ``epsilon`` subcommand's parser."""
   p = sub.add_parser("epsilon", help="epsilon spent by a DP-SGD run at a given delta",
                      description="Print the epsilon (an upper bound) of a DP-SGD run at the "
@@ -171,7 +174,7 @@ def _add_epsilon_command(sub) -> None:
                  "Poisson sampling only")
 
 
-def _add_delta_command(sub) -> None:
+def add_delta_command(sub) -> None:
   """The ``delta`` subcommand's parser."""
   p = sub.add_parser("delta", help="delta of a DP-SGD run at a given epsilon",
                      description="Print the delta (an upper bound) of a DP-SGD run at the "
@@ -180,7 +183,7 @@ def _add_delta_command(sub) -> None:
   p.add_argument("--epsilon", type=float, required=True, help="epsilon >= 0")
 
 
-def _add_calibrate_command(sub) -> None:
+def add_calibrate_command(sub) -> None:
   """The ``calibrate`` subcommand's parser."""
   p = sub.add_parser("calibrate", help="solve for sigma, steps or sampling rate given a budget",
                      description="Find the smallest noise multiplier (default), the largest "
@@ -195,7 +198,7 @@ def _add_calibrate_command(sub) -> None:
                  "(default 1e-3 for the tight answer, 1e-6 otherwise)")
 
 
-def _add_sweep_command(sub) -> None:
+def add_sweep_command(sub) -> None:
   """The ``sweep`` subcommand's parser."""
   p = sub.add_parser(
       "sweep", help="evaluate a CSV/JSON grid of configurations",
@@ -224,13 +227,12 @@ def _add_sweep_command(sub) -> None:
   p.add_argument("--no-progress", dest="progress", action="store_false")
 
 
-
 # Columns and options holding whole numbers: parsed exactly (never through a
 # float, which rounds 2**53 + 1 to 2**53) and refused beyond 2**53.
-_INTEGER_COLUMNS = ("steps", "batch_size", "dataset_size")
+INTEGER_COLUMNS = ("steps", "batch_size", "dataset_size")
 
 
-def _exact(name, value, whole=None):
+def exact_number(name, value, whole=None):
   """A number (int, float, Decimal or text) as float, refusing a whole number
   beyond 2**53 (compared exactly) for the whole-number columns (``whole``;
   default: ``name`` is one of them)."""
@@ -246,13 +248,13 @@ def _exact(name, value, whole=None):
     else:
       value = float(value)
   if whole is None:
-    whole = name in _INTEGER_COLUMNS
+    whole = name in INTEGER_COLUMNS
   if whole and isinstance(value, int):
     nx.check_array(name, value, integer=True)
   return float(value)
 
 
-def _acc(args):
+def accountant_kwargs(args):
   """accountant/orders keyword arguments (orders only for RDP)."""
   if args.orders is not None and args.accountant == "pld":
     raise ValueError("--orders applies to --accountant rdp only.")

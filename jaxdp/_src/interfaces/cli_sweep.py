@@ -5,6 +5,7 @@ group with :mod:`jaxdp._src.solvers.sweep` and writes every input column back
 with the solved ones. Split out of :mod:`jaxdp._src.interfaces.cli` (moves
 only).
 """
+
 from __future__ import annotations
 
 import csv
@@ -17,8 +18,8 @@ import warnings
 
 import numpy as np
 
-from jaxdp._src.interfaces.cli_parser import (_HELPERS, _INTEGER_COLUMNS, _PROG, _QUANTITIES, _acc,
-                                              _exact, _fmt)
+from jaxdp._src.interfaces.cli_parser import (HELPERS, INTEGER_COLUMNS, PROG, QUANTITIES,
+                                              accountant_kwargs, exact_number, format_number)
 
 
 # --------------------------------------------------------------------------
@@ -57,7 +58,6 @@ def _read_rows(path):
   return rows, columns
 
 
-
 def _number(name, raw):
   if raw is None:
     return None
@@ -66,7 +66,7 @@ def _number(name, raw):
   if isinstance(raw, str) and raw.strip() == "":
     return None
   if isinstance(raw, (int, float, str, decimal.Decimal)):
-    return _exact(name, raw)
+    return exact_number(name, raw)
   raise ValueError(f"{name} must be a number; found {raw!r}.")
 
 
@@ -77,7 +77,7 @@ def _parse_row(raw):
     raise ValueError(f"row must be an object of column: value; found {raw!r}.")
   if None in raw:
     raise ValueError("row has more cells than the header.")
-  v = {k: _number(k, raw.get(k)) for k in _QUANTITIES + _HELPERS}
+  v = {k: _number(k, raw.get(k)) for k in QUANTITIES + HELPERS}
   ranges = dict(
       epsilon=dict(low=0.0), delta=dict(low=0.0, high=1.0, low_open=True, high_open=True),
       sigma=dict(low=0.0, low_open=True), steps=dict(low=0.0, integer=True),
@@ -99,7 +99,7 @@ def _parse_row(raw):
     k = sampling.poisson_steps_per_epoch(v["q"])
     v["steps"] = float(sampling.epochs_to_steps(e, k)) if k is not None else 0.0
     nx.check_array("steps (from epochs)", v["steps"], integer=True)
-  missing = [k for k in _QUANTITIES if v[k] is None]
+  missing = [k for k in QUANTITIES if v[k] is None]
   if len(missing) != 1:
     if not missing:
       raise ValueError("nothing to compute: leave one of epsilon, delta, sigma, steps, q empty.")
@@ -155,7 +155,7 @@ _EXTRA = "__extra__"   # a parsed row's other columns, copied to the output as r
 def _json_value(k, x):
   if x is None:
     return None
-  if k in _INTEGER_COLUMNS and math.isfinite(x):
+  if k in INTEGER_COLUMNS and math.isfinite(x):
     return int(x)
   return x if math.isfinite(x) else str(x)
 
@@ -183,7 +183,7 @@ def _write_rows(path, columns, rows):
         for r in rows:
           extra = r.get(_EXTRA, {})
           w.writerow({k: (("" if extra[k] is None else extra[k]) if k in extra else
-                          "" if r.get(k) is None else _fmt(r[k])) for k in columns})
+                          "" if r.get(k) is None else format_number(r[k])) for k in columns})
       else:
         out = []
         for r in rows:
@@ -197,7 +197,7 @@ def _write_rows(path, columns, rows):
 
 
 def _cmd_sweep(args) -> int:
-  acc = _acc(args)
+  acc = accountant_kwargs(args)
   if args.tuning is not None:
     if args.accountant != "rdp":
       raise ValueError("--tuning needs --accountant rdp (the tuning theorems are RDP bounds).")
@@ -211,13 +211,13 @@ def _cmd_sweep(args) -> int:
     try:
       unknown, vals = _parse_row(raw)
     except ValueError as e:
-      print(f"{_PROG}: {args.grid}, {label}: {e} (row skipped)", file=sys.stderr)
+      print(f"{PROG}: {args.grid}, {label}: {e} (row skipped)", file=sys.stderr)
       failed += 1
       continue
     # Columns jaxdp does not read (ids, notes, ...) go to the output unchanged.
-    vals[_EXTRA] = {k: x for k, x in raw.items() if k not in _QUANTITIES + _HELPERS}
+    vals[_EXTRA] = {k: x for k, x in raw.items() if k not in QUANTITIES + HELPERS}
     parsed.append((label, unknown, vals))
-  for unknown in _QUANTITIES:
+  for unknown in QUANTITIES:
     group = [p for p in parsed if p[1] == unknown]
     if not group:
       continue
@@ -232,16 +232,16 @@ def _cmd_sweep(args) -> int:
       if unknown == "q" and vals["dataset_size"] is not None:
         vals["batch_size"] = float(math.floor(value * vals["dataset_size"] + 1e-9))
       if (unknown == "sigma" and math.isinf(value)) or (unknown == "q" and value == 0.0):
-        print(f"{_PROG}: {args.grid}, {label}: the target epsilon cannot be met "
-              f"({unknown} = {_fmt(value)})", file=sys.stderr)
+        print(f"{PROG}: {args.grid}, {label}: the target epsilon cannot be met "
+              f"({unknown} = {format_number(value)})", file=sys.stderr)
         failed += 1
-  out_cols = list(columns) + [k for k in _QUANTITIES if k not in columns]
+  out_cols = list(columns) + [k for k in QUANTITIES if k not in columns]
   if any(p[1] == "q" and p[2]["dataset_size"] is not None for p in parsed) and \
       "batch_size" not in out_cols:
     out_cols.append("batch_size")
   if args.tuning is not None and "epsilon_tuned" not in out_cols:
     out_cols.insert(out_cols.index("epsilon") + 1, "epsilon_tuned")
   _write_rows(args.out, out_cols, [p[2] for p in parsed])
-  print(f"{_PROG}: wrote {len(parsed)} row(s) to {args.out}"
+  print(f"{PROG}: wrote {len(parsed)} row(s) to {args.out}"
         + (f"; {failed} row(s) failed" if failed else ""), file=sys.stderr)
   return 1 if failed else 0

@@ -32,7 +32,7 @@ import optax as _optax
 from jaxdp._src.core import numerics as _numerics
 from jaxdp._src.accounting import accountant as _accountant
 from jaxdp._src import events as _events
-from jaxdp._src.interfaces.optax_schedule import _schedule_epsilon, _schedule_of, _table_delta
+from jaxdp._src.interfaces.optax_schedule import schedule_epsilon, schedule_of, table_delta
 
 __all__ = [
     "DpAggregateState",
@@ -250,7 +250,7 @@ def dp_aggregate(
   host, accountant = _host_and_accountant(accountant, accounting)
   if not accounting:
     budget = None
-  schedule = (_schedule_of(sampler, sampling_rate, sigma, event, epoch_len, budget, host)
+  schedule = (schedule_of(sampler, sampling_rate, sigma, event, epoch_len, budget, host)
               if accounting else None)
   l2_clip = float(l2_clip)
   noise_std = float(sigma) * l2_clip
@@ -356,10 +356,10 @@ def _schedule_read(kind, opt_state, value, accountant):
            if isinstance(state.accountant_state, _accountant.RdpState) else jnp.result_type(float))
   if kind == "epsilon":
     _numerics.check_array("delta", value, low=0.0, high=1.0, low_open=True, high_open=True)
-    return _schedule_epsilon(schedule, state.steps, value, dtype)
+    return schedule_epsilon(schedule, state.steps, value, dtype)
   _numerics.check_array("epsilon", value, low=0.0)
   charges = schedule.charges(jnp.asarray(state.steps))
-  d = _table_delta(schedule, "main", charges, value, dtype)
+  d = table_delta(schedule, "main", charges, value, dtype)
   d = _accountant._floor_delta(d, value, None)  # pylint: disable=protected-access  # Gaussian: δ > 0
   return jnp.where(jnp.asarray(state.steps) == 0, 0.0, d)
 

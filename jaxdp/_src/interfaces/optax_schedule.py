@@ -7,6 +7,7 @@ the in-jit read-out of ε/δ from float64 per-charge RDP tables (the Poisson
 table refined at every real order, the coupled truncated-Poisson bound).
 Split out of :mod:`jaxdp._src.interfaces.optax` (moves only).
 """
+
 from __future__ import annotations
 
 import functools
@@ -207,7 +208,7 @@ def _table_epsilon(schedule, name, charges, delta, dtype):
   return _accountant._round_up(eps)  # pylint: disable=protected-access
 
 
-def _table_delta(schedule, name, charges, eps, dtype):
+def table_delta(schedule, name, charges, eps, dtype):
   from jaxdp._src.kernels import rdp as _rdp  # pylint: disable=g-import-not-at-top
   orders, total = _table_total(schedule, name, charges, dtype)
   eps = jnp.asarray(eps, dtype)
@@ -273,7 +274,7 @@ def _coupled_epsilon(schedule, charges, delta, dtype):
   return jnp.where(ok, jnp.minimum(e1, e_half), jnp.inf)
 
 
-def _schedule_epsilon(schedule, steps, delta, dtype):
+def schedule_epsilon(schedule, steps, delta, dtype):
   """In-jit RDP ε of ``steps`` updates of a known schedule."""
   charges = schedule.charges(jnp.asarray(steps))
   eps = _table_epsilon(schedule, "main", charges, delta, dtype)
@@ -300,7 +301,7 @@ def _planned_steps(target, sigma, event, epoch_len, budget, host) -> int:
 _INT32_MAX = 2 ** 31 - 1
 
 
-def _schedule_of(sampler, sampling_rate, sigma, event, epoch_len, budget, host):
+def schedule_of(sampler, sampling_rate, sigma, event, epoch_len, budget, host):
   """The known schedule of an accounting transform (:class:`_Schedule`), with
   the steps planned within ``budget`` by the host accountant (if both)."""
   target = sampler if sampler is not None else float(sampling_rate)

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdp._src.core import numerics as _numerics
-from jaxdp._src.kernels.cdp_common import _dual, _float, _golden_min
+from jaxdp._src.kernels.cdp_common import dual_mode, common_float, golden_min
 
 __all__ = [
     "gaussian",
@@ -55,7 +55,7 @@ __all__ = [
 # --------------------------------------------------------------------------
 
 
-@_dual
+@dual_mode
 def gaussian(sigma, sensitivity=1.0):
   """(μ, τ)-CDP of the Gaussian mechanism N(f(x), σ²).
 
@@ -74,13 +74,13 @@ def gaussian(sigma, sensitivity=1.0):
   """
   _numerics.check_array("sigma", sigma, low=0.0, low_open=True)
   _numerics.check_array("sensitivity", sensitivity, low=0.0)
-  sigma, sensitivity = _float(sigma, sensitivity)
+  sigma, sensitivity = common_float(sigma, sensitivity)
   tau = sensitivity / sigma
   # Rounded up (a float32 μ was 1.4 ulp low): τ one rounding, μ three.
   return _numerics.round_up(0.5 * tau * tau, 4), _numerics.round_up(tau, 2)
 
 
-@_dual
+@dual_mode
 def group_gaussian(sigma, group_size, sensitivity=1.0):
   """Group (μ, τ)-CDP of the Gaussian mechanism for groups of ``group_size``.
 
@@ -102,12 +102,12 @@ def group_gaussian(sigma, group_size, sensitivity=1.0):
   _numerics.check_array("sigma", sigma, low=0.0, low_open=True)
   _numerics.check_array("group_size", group_size, low=1.0, integer=True)
   _numerics.check_array("sensitivity", sensitivity, low=0.0)
-  sigma, group_size, sensitivity = _float(sigma, group_size, sensitivity)
+  sigma, group_size, sensitivity = common_float(sigma, group_size, sensitivity)
   tau = group_size * sensitivity / sigma
   return _numerics.round_up(0.5 * tau * tau, 6), _numerics.round_up(tau, 4)
 
 
-@_dual
+@dual_mode
 def from_pure_dp(epsilon):
   """(μ, τ)-CDP implied by ε-DP: (ε(e^ε − 1)/2, ε).
 
@@ -121,12 +121,12 @@ def from_pure_dp(epsilon):
     ``(mu, tau)``.
   """
   _numerics.check_array("epsilon", epsilon, low=0.0)
-  (epsilon,) = _float(epsilon)
+  (epsilon,) = common_float(epsilon)
   # expm1 and two products, rounded up (float32 μ was 2.8 ulp low).
   return _numerics.round_up(0.5 * epsilon * jnp.expm1(epsilon), 8), epsilon
 
 
-@_dual
+@dual_mode
 def compose(mu, tau, axis=-1):
   """Adaptive composition of (μ_i, τ_i)-CDP mechanisms along ``axis``.
 
@@ -143,7 +143,7 @@ def compose(mu, tau, axis=-1):
   _numerics.check_array("mu", mu, low=0.0)
   _numerics.check_array("tau", tau, low=0.0)
   _numerics.check_same_shape(mu=mu, tau=tau)
-  mu, tau = _float(mu, tau)
+  mu, tau = common_float(mu, tau)
   mu, tau = jnp.broadcast_arrays(mu, tau)
   mu_total, tau_sq = jnp.sum(mu, axis=axis), jnp.sum(tau * tau, axis=axis)
   # A sum of n non-negative terms, in any order, is within (n - 1) half-ulps
@@ -153,7 +153,7 @@ def compose(mu, tau, axis=-1):
           _numerics.round_up(jnp.sqrt(tau_sq), 0.5 * n + 2))
 
 
-@_dual
+@dual_mode
 def to_epsilon(mu, tau, delta):
   """(ε, δ)-DP from (μ, τ)-CDP: ε = μ + τ·√(2 ln(1/δ)).
 
@@ -173,13 +173,13 @@ def to_epsilon(mu, tau, delta):
   _numerics.check_array("tau", tau, low=0.0)
   _numerics.check_array("delta", delta, low=0.0, high=1.0, low_open=True)
   _numerics.check_same_shape(mu=mu, tau=tau, delta=delta)
-  mu, tau, delta = _float(mu, tau, delta)
+  mu, tau, delta = common_float(mu, tau, delta)
   log_inv_delta = jnp.maximum(-jnp.log(delta), 0.0)
   # log, sqrt, a product and a sum of non-negative terms, rounded up.
   return _numerics.round_up(mu + tau * jnp.sqrt(2.0 * log_inv_delta), 8)
 
 
-@_dual
+@dual_mode
 def to_delta(mu, tau, epsilon):
   """δ(ε) from (μ, τ)-CDP: exp(−(ε − μ)²/(2τ²)) for ε > μ, else 1.
 
@@ -197,7 +197,7 @@ def to_delta(mu, tau, epsilon):
   _numerics.check_array("tau", tau, low=0.0)
   _numerics.check_array("epsilon", epsilon, low=0.0, allow_inf=True)
   _numerics.check_same_shape(mu=mu, tau=tau, epsilon=epsilon)
-  mu, tau, epsilon = _float(mu, tau, epsilon)
+  mu, tau, epsilon = common_float(mu, tau, epsilon)
   gap = epsilon - mu
   above = gap > 0
   pos_tau = tau > 0
@@ -218,7 +218,7 @@ def to_delta(mu, tau, epsilon):
 # --------------------------------------------------------------------------
 
 
-@_dual
+@dual_mode
 def rho_gaussian(sigma, sensitivity=1.0):
   """ρ-zCDP of the Gaussian mechanism: ρ = Δ²/(2σ²) (Bun–Steinke 2016, Prop 1.6).
 
@@ -228,15 +228,15 @@ def rho_gaussian(sigma, sensitivity=1.0):
   """
   _numerics.check_array("sigma", sigma, low=0.0, low_open=True)
   _numerics.check_array("sensitivity", sensitivity, low=0.0)
-  sigma, sensitivity = _float(sigma, sensitivity)
+  sigma, sensitivity = common_float(sigma, sensitivity)
   return _numerics.round_up(0.5 * jnp.square(sensitivity / sigma), 4)
 
 
-@_dual
+@dual_mode
 def rho_from_pure_dp(epsilon):
   """ρ = ε²/2: every ε-DP mechanism is (ε²/2)-zCDP (Bun–Steinke 2016, Prop 1.4)."""
   _numerics.check_array("epsilon", epsilon, low=0.0)
-  (epsilon,) = _float(epsilon)
+  (epsilon,) = common_float(epsilon)
   return _numerics.round_up(0.5 * epsilon * epsilon, 2)
 
 
@@ -267,7 +267,7 @@ def _epsilon_at_order(rho, log_inv_delta, alpha_m1):
 
 @functools.partial(jax.jit, static_argnames="method")
 def _rho_to_epsilon_kernel(rho, delta, method="improved"):
-  rho, delta = _float(rho, delta)
+  rho, delta = common_float(rho, delta)
   rho, delta = jnp.broadcast_arrays(rho, delta)
   log_inv_delta = jnp.maximum(-jnp.log(delta), 0.0)
   bs = _numerics.round_up(rho + 2.0 * jnp.sqrt(rho * log_inv_delta), 4)
@@ -278,13 +278,13 @@ def _rho_to_epsilon_kernel(rho, delta, method="improved"):
   # Bun–Steinke optimum α − 1 = √(L/ρ); search log(α − 1) within e^±12 of it.
   u0 = 0.5 * (jnp.log(jnp.maximum(log_inv_delta, 1e-3)) - jnp.log(safe_rho))
   f = lambda u: _epsilon_at_order(safe_rho, log_inv_delta, jnp.exp(u))
-  best = _golden_min(f, u0 - 12.0, u0 + 12.0)
+  best = golden_min(f, u0 - 12.0, u0 + 12.0)
   improved = jnp.minimum(best, f(u0))
   improved = jnp.where(pos, improved, bs)
   return jnp.clip(jnp.minimum(improved, bs), 0.0, None)
 
 
-@_dual
+@dual_mode
 def rho_to_epsilon(rho, delta, method="improved"):
   """ε such that ρ-zCDP implies (ε, δ)-DP.
 
@@ -323,7 +323,7 @@ def _log_delta_at_order(rho, epsilon, alpha_m1):
 
 @functools.partial(jax.jit, static_argnames="method")
 def _rho_to_delta_kernel(rho, epsilon, method="improved"):
-  rho, epsilon = _float(rho, epsilon)
+  rho, epsilon = common_float(rho, epsilon)
   rho, epsilon = jnp.broadcast_arrays(rho, epsilon)
   pos = rho > 0
   safe_rho = jnp.where(pos, rho, 1.0)
@@ -343,14 +343,14 @@ def _rho_to_delta_kernel(rho, epsilon, method="improved"):
         4.0 * safe_rho)
     u0 = jnp.log(jnp.maximum(alpha0 - 1.0, 1e-3))
     f = lambda u: _log_delta_at_order(safe_rho, safe_eps, jnp.exp(u))
-    best = jnp.exp(jnp.minimum(_golden_min(f, u0 - 12.0, u0 + 12.0), 0.0))
+    best = jnp.exp(jnp.minimum(golden_min(f, u0 - 12.0, u0 + 12.0), 0.0))
     best = jnp.where(finite_eps, best, 0.0)
     bs = jnp.minimum(bs, best)
   d = jnp.where(pos, _numerics.round_up(bs, 4), jnp.where(epsilon >= 0, 0.0, 1.0))   # exp rounded up
   return jnp.clip(d, 0.0, 1.0)
 
 
-@_dual
+@dual_mode
 def rho_to_delta(rho, epsilon, method="improved"):
   """δ(ε) such that ρ-zCDP implies (ε, δ)-DP.
 
@@ -374,7 +374,7 @@ def rho_to_delta(rho, epsilon, method="improved"):
   return _rho_to_delta_kernel(rho, epsilon, method)
 
 
-@_dual
+@dual_mode
 def rho_for_epsilon(epsilon, delta, method="improved"):
   """The largest ρ whose zCDP guarantee implies (ε, δ)-DP.
 
@@ -400,7 +400,7 @@ def rho_for_epsilon(epsilon, delta, method="improved"):
 
 @functools.partial(jax.jit, static_argnames="method")
 def _rho_for_epsilon_kernel(epsilon, delta, method):
-  epsilon, delta = _float(epsilon, delta)
+  epsilon, delta = common_float(epsilon, delta)
   epsilon, delta = jnp.broadcast_arrays(epsilon, delta)
   log_inv_delta = jnp.maximum(-jnp.log(delta), 0.0)
   rho_bs = jnp.square(epsilon / (jnp.sqrt(log_inv_delta + epsilon)
@@ -421,7 +421,7 @@ def _rho_for_epsilon_kernel(epsilon, delta, method):
   return lo
 
 
-@_dual
+@dual_mode
 def rho_from_rdp(rdp, orders, axis=-1):
   """The smallest ρ with rdp(α) <= ρα at every listed order: max_α rdp(α)/α.
 
@@ -441,14 +441,14 @@ def rho_from_rdp(rdp, orders, axis=-1):
   """
   _numerics.check_array("rdp", rdp, low=0.0, allow_inf=True)
   _numerics.check_array("orders", orders, low=1.0, low_open=True)
-  rdp, orders = _float(rdp, orders)
+  rdp, orders = common_float(rdp, orders)
   return jnp.max(rdp / orders, axis=axis)
 
 
-@_dual
+@dual_mode
 def rdp_from_rho(rho, orders):
   """RDP curve ε(α) = ρα of a ρ-zCDP mechanism (Bun–Steinke 2016, Def 1.1)."""
   _numerics.check_array("rho", rho, low=0.0)
   _numerics.check_array("orders", orders, low=1.0, low_open=True)
-  rho, orders = _float(rho, orders)
+  rho, orders = common_float(rho, orders)
   return rho * orders

@@ -1,8 +1,8 @@
 """Helpers shared by the concentrated-DP and composition kernels.
 
-:func:`_dual` runs a kernel in host mode (scoped float64, NumPy out) on
-concrete inputs and as a pure JAX kernel on tracers; :func:`_float` casts to a
-common floating dtype; :func:`_golden_min` is the golden-section minimiser of
+:func:`dual_mode` runs a kernel in host mode (scoped float64, NumPy out) on
+concrete inputs and as a pure JAX kernel on tracers; :func:`common_float` casts to a
+common floating dtype; :func:`golden_min` is the golden-section minimiser of
 the (ε, δ) conversions, whose every evaluated point is a valid certificate.
 Used by :mod:`jaxdp._src.kernels.cdp` and :mod:`jaxdp._src.kernels.composition`;
 split out of :mod:`jaxdp._src.kernels.cdp` (moves only).
@@ -23,7 +23,7 @@ _GOLDEN_ITERS = 64
 _INV_PHI = 0.6180339887498949
 
 
-def _dual(fn: Callable) -> Callable:
+def dual_mode(fn: Callable) -> Callable:
   """Host mode (x64, NumPy out) on concrete inputs; pure kernel on tracers."""
 
   @functools.wraps(fn)
@@ -37,14 +37,14 @@ def _dual(fn: Callable) -> Callable:
   return wrapper
 
 
-def _float(*xs):
+def common_float(*xs):
   """Converts to a common floating dtype (the ambient default float or wider)."""
   xs = tuple(jnp.asarray(x) for x in xs)
   dtype = jnp.result_type(float, *xs)
   return tuple(x.astype(dtype) for x in xs)
 
 
-def _golden_min(f: Callable, lo, hi, iters: int = _GOLDEN_ITERS):
+def golden_min(f: Callable, lo, hi, iters: int = _GOLDEN_ITERS):
   """Golden-section search for min f on [lo, hi] (elementwise, broadcasting).
 
   Returns the best value of f seen at the evaluated points (each is a valid

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp._src.core import numerics as _numerics
-from jaxdp._src.kernels.cdp_common import _dual, _float
+from jaxdp._src.kernels.cdp_common import dual_mode, common_float
 
 __all__ = [
     "basic",
@@ -41,7 +41,7 @@ def _check_eps_delta(epsilon, delta):
   _numerics.check_array("delta", delta, low=0.0, high=1.0)
 
 
-@_dual
+@dual_mode
 def basic(epsilon, delta, k):
   """Basic composition: k adaptive (ε, δ)-DP mechanisms are (kε, kδ)-DP.
 
@@ -56,13 +56,13 @@ def basic(epsilon, delta, k):
   _check_eps_delta(epsilon, delta)
   _numerics.check_array("k", k, low=0.0, integer=True)
   _numerics.check_same_shape(epsilon=epsilon, delta=delta, k=k)
-  epsilon, delta, k = _float(epsilon, delta, k)
+  epsilon, delta, k = common_float(epsilon, delta, k)
   # One rounding each: step one ulp up so the result is never below kε, kδ.
   up = lambda x: jnp.nextafter(x, jnp.inf)
   return up(k * epsilon), jnp.minimum(up(k * delta), 1.0)
 
 
-@_dual
+@dual_mode
 def advanced(epsilon, delta, k, delta_slack):
   """Advanced composition (Dwork–Rothblum 2016, Thm 1.1).
 
@@ -84,7 +84,7 @@ def advanced(epsilon, delta, k, delta_slack):
   _numerics.check_array("delta_slack", delta_slack, low=0.0, high=1.0,
                         low_open=True)
   _numerics.check_same_shape(epsilon=epsilon, delta=delta, k=k, delta_slack=delta_slack)
-  epsilon, delta, k, delta_slack = _float(epsilon, delta, k, delta_slack)
+  epsilon, delta, k, delta_slack = common_float(epsilon, delta, k, delta_slack)
   log_inv = jnp.maximum(-jnp.log(delta_slack), 0.0)
   eps_total = (jnp.sqrt(2.0 * k * log_inv) * epsilon
                + 0.5 * k * epsilon * jnp.expm1(epsilon))
@@ -93,7 +93,7 @@ def advanced(epsilon, delta, k, delta_slack):
           jnp.minimum(_numerics.round_up(k * delta + delta_slack, 16), 1.0))
 
 
-@_dual
+@dual_mode
 def advanced_heterogeneous(epsilon, delta, delta_slack, axis=-1):
   """Advanced composition of a sequence of (ε_i, δ_i)-DP mechanisms.
 
@@ -119,7 +119,7 @@ def advanced_heterogeneous(epsilon, delta, delta_slack, axis=-1):
   _numerics.check_array("delta_slack", delta_slack, low=0.0, high=1.0,
                         low_open=True)
   _numerics.check_same_shape(epsilon=epsilon, delta=delta)
-  epsilon, delta, delta_slack = _float(epsilon, delta, delta_slack)
+  epsilon, delta, delta_slack = common_float(epsilon, delta, delta_slack)
   epsilon, delta = jnp.broadcast_arrays(epsilon, delta)
   log_inv = jnp.maximum(-jnp.log(delta_slack), 0.0)
   sq = jnp.sum(epsilon * epsilon, axis=axis)
@@ -171,7 +171,7 @@ def _kov_prepare(epsilon, delta, k, extra_name, extra):
   shape = _numerics.check_same_shape(epsilon=epsilon, delta=delta, k=k,
                                      **{extra_name: extra})
   k_max = int(np.max(np.asarray(k))) if np.size(k) else 0
-  epsilon, delta, k, extra = _float(epsilon, delta, k, extra)
+  epsilon, delta, k, extra = common_float(epsilon, delta, k, extra)
   epsilon, delta, k, extra = (jnp.broadcast_to(x, shape)
                               for x in (epsilon, delta, k, extra))
   ls = jnp.arange(k_max + 1, dtype=epsilon.dtype)

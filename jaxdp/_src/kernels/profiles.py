@@ -72,15 +72,16 @@ _DIRECTIONS = ("max", "remove", "add")
 # --------------------------------------------------------------------------
 
 
-def _float_dtype(*xs):
-  # Python lists/tuples are arrays to the user; jnp.result_type rejects them.
+def _float_dtype_lists_as_arrays(*xs):
+  """:func:`jaxdp._src.kernels.rdp_common.result_float_dtype`, with Python
+  lists and tuples read as arrays (to the user they are; result_type rejects them)."""
   xs = [np.asarray(x) if isinstance(x, (list, tuple)) else x for x in xs]
   dt = jnp.result_type(*xs)
   return dt if jnp.issubdtype(dt, jnp.floating) else jnp.result_type(float)
 
 
 def _as_float(*xs):
-  dtype = _float_dtype(*xs)
+  dtype = _float_dtype_lists_as_arrays(*xs)
   return tuple(jnp.asarray(x).astype(dtype) for x in xs) + (dtype,)
 
 

@@ -10,6 +10,7 @@ tightness). Pure kernels with the conventions of
 dtype, every result rounded up); re-exported by ``jaxdp.profiles``. Split
 out of :mod:`jaxdp._src.kernels.profiles` (moves only).
 """
+
 from __future__ import annotations
 
 import math

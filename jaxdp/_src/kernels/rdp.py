@@ -44,7 +44,7 @@ import numpy as np
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.kernels.rdp_binomial import (_log_a_minus_1_binomial,
                                              _log_a_minus_1_binomial_elementwise)
-from jaxdp._src.kernels.rdp_common import _float_dtype, _safety
+from jaxdp._src.kernels.rdp_common import result_float_dtype, safety_factor
 from jaxdp._src.kernels.rdp_convert import (to_delta, to_delta_refined, to_epsilon,
                                             to_epsilon_refined)
 from jaxdp._src.kernels.rdp_quadrature import (_NODES_PER_WINDOW, _log1p,
@@ -99,7 +99,7 @@ def _quadrature_safety(sigma, exact, dtype, nodes, xp=jnp):
   below. 40 nodes/window (used only when every σ ≥ 0.5): ≤ 1e-12 for
   σ ≥ 0.5 (a blunt 1e-3 allowance guards any other use). Integer orders
   (exact sums) only get the rounding factor."""
-  base = _safety(dtype)
+  base = safety_factor(dtype)
   if nodes >= _NODES_PER_WINDOW:
     extra = xp.where(sigma >= 0.3, 0.0, xp.where(sigma >= 0.2, 2e-7, 5e-6))
   else:
@@ -131,7 +131,7 @@ def _finish(log_am1, q, sigma, alpha, exact=False, nodes=_NODES_PER_WINDOW, xp=j
 def _prep(q, sigma, xp=jnp):
   q = xp.asarray(q)
   sigma = xp.asarray(sigma)
-  dtype = _float_dtype(q, sigma) if xp is jnp else np.result_type(q, sigma, np.float64)
+  dtype = result_float_dtype(q, sigma) if xp is jnp else np.result_type(q, sigma, np.float64)
   q = q.astype(dtype)
   sigma = sigma.astype(dtype)
   qs = xp.clip(q, 0.0, 1.0)
@@ -357,8 +357,8 @@ def gaussian(sigma, alpha):
   """
   sigma = jnp.asarray(sigma)
   alpha = jnp.asarray(alpha)
-  dtype = _float_dtype(sigma, alpha)
-  return (alpha.astype(dtype) / (2.0 * sigma.astype(dtype) ** 2)) * _safety(dtype)
+  dtype = result_float_dtype(sigma, alpha)
+  return (alpha.astype(dtype) / (2.0 * sigma.astype(dtype) ** 2)) * safety_factor(dtype)
 
 
 def sampled_gaussian_bound(q, sigma, alpha):
@@ -380,7 +380,7 @@ def sampled_gaussian_bound(q, sigma, alpha):
     The bound, broadcast; ≥ ``sampled_gaussian`` wherever finite.
   """
   q, sigma, alpha = jnp.broadcast_arrays(*map(jnp.asarray, (q, sigma, alpha)))
-  dtype = _float_dtype(q, sigma, alpha)
+  dtype = result_float_dtype(q, sigma, alpha)
   q, sigma, alpha = (x.astype(dtype) for x in (q, sigma, alpha))
   qs = jnp.clip(q, 1e-300 if dtype == jnp.float64 else 1e-37, 1.0)
   am1 = jnp.maximum(alpha - 1.0, jnp.finfo(dtype).tiny)
@@ -416,7 +416,7 @@ def dpsgd_rdp(q, sigma, steps, orders=None, *, _nodes=None):
   q = jnp.asarray(q)
   sigma = jnp.asarray(sigma)
   steps = jnp.asarray(steps)
-  dtype = _float_dtype(q, sigma)
+  dtype = result_float_dtype(q, sigma)
   per_step = sampled_gaussian(q[..., None], sigma[..., None], orders, _nodes=_nodes)
   return steps.astype(dtype)[..., None] * per_step
 

@@ -6,6 +6,7 @@ Mechanism" (2019): for integer α, A_α - 1 = Σ_{k=2}^{α} C(α,k) (1-q)^{α-k}
 per-element forms used by :func:`jaxdp._src.kernels.rdp.sampled_gaussian`
 (split out of :mod:`jaxdp._src.kernels.rdp`, moves only).
 """
+
 from __future__ import annotations
 
 import math
@@ -15,7 +16,7 @@ import numpy as np
 from jax.scipy.special import gammaln
 
 from jaxdp._src.core import numerics as nx
-from jaxdp._src.kernels.rdp_common import _logsumexp
+from jaxdp._src.kernels.rdp_common import log_sum_exp
 
 
 # --------------------------------------------------------------------------
@@ -103,7 +104,7 @@ def _binomial_lse(log_q, log_1mq, sigma, coef, rest, xp=jnp, coef_err=0.0):
   dtype = log_q.dtype
   k = xp.arange(2, coef.shape[-1] + 2, dtype=dtype)
   terms = _binomial_terms(log_q, log_1mq, sigma, coef, rest, k, xp, coef_err)
-  return _logsumexp(terms, axis=-1, xp=xp)
+  return log_sum_exp(terms, axis=-1, xp=xp)
 
 
 def _binomial_terms(log_q, log_1mq, sigma, coef, rest, k, xp=jnp, coef_err=0.0):
@@ -142,4 +143,4 @@ def _log_a_minus_1_binomial_elementwise(log_q, log_1mq, sigma, alpha, kmax: int)
   coef, coef_err = _log_binomial(a, k)
   terms = _binomial_terms(log_q[:, None], log_1mq[:, None], sigma[:, None], coef, rest, k,
                           coef_err=coef_err)
-  return _logsumexp(jnp.where(valid, terms, -jnp.inf), axis=-1)
+  return log_sum_exp(jnp.where(valid, terms, -jnp.inf), axis=-1)

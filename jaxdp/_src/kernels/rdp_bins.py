@@ -196,7 +196,7 @@ def balls_in_bins_gaussian_epoch(dataset_size, batch_size, sigma, alpha, directi
     a = jnp.asarray(alpha).astype(dtype)
   rem, add = _bins_kernel(k, sigma, a, nmax=nmax, nbits=nbits, big=big)
   lm = {"remove": rem, "add": add, "both": jnp.maximum(rem, add)}[direction]
-  out = jnp.maximum(lm / jnp.where(a > 1.0, a - 1.0, 1.0), 0.0) * rdp_common._safety(dtype)
+  out = jnp.maximum(lm / jnp.where(a > 1.0, a - 1.0, 1.0), 0.0) * rdp_common.safety_factor(dtype)
   out = jnp.where(jnp.isinf(a), jnp.inf, out)
   return jnp.where(a > 1.0, out, jnp.nan).astype(dtype)
 

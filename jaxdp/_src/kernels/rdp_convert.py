@@ -5,6 +5,7 @@ The public :func:`to_epsilon`, :func:`to_delta`, :func:`to_epsilon_refined`
 and :func:`to_delta_refined` are re-exported by :mod:`jaxdp._src.kernels.rdp`
 (and ``jaxdp.rdp``); split out of it (moves only).
 """
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -14,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp._src.core import numerics as nx
-from jaxdp._src.kernels.rdp_common import _float_dtype, _safety
+from jaxdp._src.kernels.rdp_common import result_float_dtype, safety_factor
 
 
 # --------------------------------------------------------------------------
@@ -26,7 +27,7 @@ def _conversion_inputs(rdp, orders, target, xp=jnp):
   """``rdp``, ``orders`` and the per-configuration target (δ or ε, given an
   orders axis) in the RDP values' float dtype."""
   rdp = xp.asarray(rdp)
-  dtype = _float_dtype(rdp) if xp is jnp else np.float64
+  dtype = result_float_dtype(rdp) if xp is jnp else np.float64
   return (rdp.astype(dtype), xp.asarray(orders, dtype), xp.asarray(target, dtype)[..., None],
           dtype)
 
@@ -106,7 +107,7 @@ def _to_epsilon(rdp, orders, delta, method, xp=jnp):
   best_order = xp.broadcast_to(orders, eps.shape)
   best_order = xp.take_along_axis(best_order, idx[..., None], axis=-1)[..., 0]
   # Round up: one ulp-scale margin so the conversion's own rounding is safe.
-  best = xp.maximum(best, 0.0) * _safety(dtype)
+  best = xp.maximum(best, 0.0) * safety_factor(dtype)
   return best, best_order
 
 
@@ -136,7 +137,7 @@ def _to_delta(rdp, orders, epsilon, xp=jnp):
   """:func:`to_delta` on either array namespace (``jnp`` or ``numpy``)."""
   log_d, dtype = _log_delta_per_order(rdp, orders, epsilon, xp)
   best = xp.min(log_d, axis=-1)
-  return xp.minimum(xp.exp(best) * _safety(dtype), 1.0)
+  return xp.minimum(xp.exp(best) * safety_factor(dtype), 1.0)
 
 
 # --------------------------------------------------------------------------

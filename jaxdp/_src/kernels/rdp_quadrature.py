@@ -7,6 +7,7 @@ See the section comment below for the method and docs/mathematics.md
 :func:`jaxdp._src.kernels.rdp.sampled_gaussian` (fractional, large or traced
 orders); split out of :mod:`jaxdp._src.kernels.rdp` (moves only).
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp._src.core import numerics as nx
-from jaxdp._src.kernels.rdp_common import _logsumexp
+from jaxdp._src.kernels.rdp_common import log_sum_exp
 
 
 # Quadrature nodes per window (two windows per evaluation).
@@ -342,11 +343,11 @@ def _log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes=_NODES_PE
   z_max = xp.maximum(xp.abs(left), xp.abs(right))
   shifted = nx.rounding_allowance(z_max / sigma, zero, xp)
   if xp.finfo(dtype).eps <= 1e-10:
-    return _logsumexp(xp.concatenate([la, lb], axis=-1), axis=-1, xp=xp) + shifted
+    return log_sum_exp(xp.concatenate([la, lb], axis=-1), axis=-1, xp=xp) + shifted
   # Float32: proven bounds on the weights' and the sum's round-off.
   la = la + _f32_weight_bound(la, log_ha, xp)
   lb = lb + _f32_weight_bound(lb, log_hb, xp)
-  out = _logsumexp(xp.concatenate([la, lb], axis=-1), axis=-1, xp=xp)
+  out = log_sum_exp(xp.concatenate([la, lb], axis=-1), axis=-1, xp=xp)
   return out + _f32_sum_bound(out, 2 * n, xp) + shifted
 
 

@@ -357,7 +357,7 @@ def _truncated_impl(n, q, cap, sigma, alpha):
 
   out = jnp.maximum(mix(log_u_hi, log_t_lo), mix(log_u_lo, log_t_hi))
   out = jnp.where(jnp.isinf(eps1) | jnp.isinf(eps2), jnp.inf, out)
-  out = jnp.maximum(out, 0.0) * rdp_common._safety(dtype)
+  out = jnp.maximum(out, 0.0) * rdp_common.safety_factor(dtype)
   # Never worse than one unsubsampled step of sensitivity 2 (joint convexity).
   out = jnp.minimum(out, rdp.gaussian(sigma / 2.0, a))
   out = jnp.where((q <= 0.0) | (cap <= 0.0), 0.0, out)

@@ -38,11 +38,11 @@ _WBK_MAX_TERMS = 1 << 16
 
 
 def _dtype_of(*xs):
-  return rdp_common._float_dtype(*(jnp.asarray(x) for x in xs))
+  return rdp_common.result_float_dtype(*(jnp.asarray(x) for x in xs))
 
 
 def _lse(x, axis=-1):
-  return rdp_common._logsumexp(x, axis=axis)
+  return rdp_common.log_sum_exp(x, axis=axis)
 
 
 def _tol(dtype):
@@ -319,7 +319,7 @@ def _wor_replace_one(q, sigma, alpha, max_terms):
   gauss = alpha / (2.0 * sigma * sigma)
   out = jnp.where(ok, jnp.minimum(wbk, gauss), gauss)
   out = jnp.where(q >= 1.0, gauss, out)
-  out = jnp.maximum(out, 0.0) * rdp_common._safety(dtype)
+  out = jnp.maximum(out, 0.0) * rdp_common.safety_factor(dtype)
   out = jnp.where(q <= 0.0, 0.0, out)
   out = jnp.where(alpha > 1.0, out, jnp.nan)
   return out.astype(dtype)

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jaxdp._src.mechanisms.loss_levels import _bisect_x, _last_true_point
+from jaxdp._src.mechanisms.loss_levels import _bisect_x, last_true_point
 from jaxdp._src.mechanisms.pair_types import DiscretePair, MixturePair, MonotonePair, SymmetrizedPair, _split
 
 
@@ -77,8 +77,8 @@ def _monotone_cells(pair, hf, zeta, off, side):
   f = lambda x: np.asarray(pair.loss(np.asarray(x, np.float64)), np.float64)
   x_lo, x_hi = float(pair.x_lo), float(pair.x_hi)
   lz = math.log(zeta)
-  xa = _last_true_point(lambda x: np.asarray(pair.log_p_cdf(x)) <= lz, x_lo, x_hi)
-  xb = x_hi - _last_true_point(lambda t: np.asarray(pair.log_p_sf(x_hi - t)) <= lz, 0.0, x_hi - xa)
+  xa = last_true_point(lambda x: np.asarray(pair.log_p_cdf(x)) <= lz, x_lo, x_hi)
+  xb = x_hi - last_true_point(lambda t: np.asarray(pair.log_p_sf(x_hi - t)) <= lz, 0.0, x_hi - xa)
   la, lb = (float(v) for v in f(np.array([xa, xb])))
   ja, jb = math.floor((la - off) / hf), math.ceil((lb - off) / hf)
   if jb - ja > _MAX_CELLS:

@@ -5,7 +5,7 @@
 :func:`_bisect_x` brackets x = sup{x in [a, b] : f(x) <= level} for many
 levels at once (vectorised NumPy, float64): around an approximate inverse
 when one is given, else from a dense table, then Illinois steps and
-32-section; :func:`_last_true_point` finds the largest grid point where a
+32-section; :func:`last_true_point` finds the largest grid point where a
 predicate holds. Split out of :mod:`jaxdp._src.mechanisms.discretise`
 (moves only).
 """
@@ -119,7 +119,7 @@ def _section_step(f, level, lo, hi, flo, fhi, idx):
   fhi[idx[has_hi]] = fx[r[has_hi], k[has_hi]]
 
 
-def _last_true_point(pred, a, b, n=4097):
+def last_true_point(pred, a, b, n=4097):
   """A point x of [a, b] with pred(x) true, as large as a grid of n points finds
   (pred vectorised, true then false); a when pred(a) is false."""
   xs = np.linspace(a, b, n)

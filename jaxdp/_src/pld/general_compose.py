@@ -8,6 +8,7 @@ carried as a certified L1 allowance (Higham 2002, Thm 24.2). The method and
 its proof are in :mod:`jaxdp._src.pld.general`'s docstring ("Composition",
 "Round-off"); split out of it (moves only).
 """
+
 from __future__ import annotations
 
 import math
@@ -37,10 +38,8 @@ class _Dist(NamedTuple):
   off: float = 0.0      # loss of index i is off + (lo + i)·h
 
 
-
 class _TooLarge(Exception):
   pass
-
 
 
 # --------------------------------------------------------------------------

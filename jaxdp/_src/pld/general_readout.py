@@ -6,12 +6,12 @@ composition's round-off allowance; ε from δ solved exactly on each grid
 interval (see :mod:`jaxdp._src.pld.general`'s docstring, "ε from δ"). Split
 out of :mod:`jaxdp._src.pld.general` (moves only).
 """
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
-
 
 from jaxdp._src.pld.general_compose import _EPS
 

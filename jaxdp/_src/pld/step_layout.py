@@ -8,6 +8,7 @@ groups rows into kernel calls of one compiled size. Used by
 :mod:`jaxdp._src.pld.step` and :mod:`jaxdp._src.pld.run`; split out of
 :mod:`jaxdp._src.pld.step` (moves only).
 """
+
 from __future__ import annotations
 
 import jax
@@ -208,7 +209,6 @@ def _chunks(n):
       size = max(_CHUNK_BLOCKS, _pow2(nblk[k] + 1, least=1))
       bins.append([size - 1 - nblk[k], [k], size])
   return [(sorted(b[1]), b[2]) for b in bins]
-
 
 
 def _pow2(n, least=2 ** 12):

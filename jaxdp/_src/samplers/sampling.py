@@ -82,9 +82,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp._src import events as _events
-from jaxdp._src.samplers.sampling_base import (_MAX_DATASET_SIZE, _binomial, _prefix, _rate,
-                                               _relation, _set, _sizes, _whole, epochs_to_steps,
-                                               poisson_steps_per_epoch)
+from jaxdp._src.samplers.sampling_base import (MAX_DATASET_SIZE, check_rate, check_relation,
+                                               check_sizes, check_whole, draw_binomial, draw_prefix,
+                                               epochs_to_steps, poisson_steps_per_epoch,
+                                               set_fields)
 from jaxdp._src.samplers.sampling_epoch import BallsInBinsSampler, ShuffleSampler
 
 __all__ = [
@@ -122,9 +123,10 @@ class PoissonSampler:
   relation: str = "add_remove"
 
   def __post_init__(self):
-    _set(self, dataset_size=_whole("dataset_size", self.dataset_size, 1, _MAX_DATASET_SIZE),
-         q=_rate("q", self.q), capacity=_whole("capacity", self.capacity, 1),
-         relation=_relation(self.relation))
+    set_fields(self,
+               dataset_size=check_whole("dataset_size", self.dataset_size, 1, MAX_DATASET_SIZE),
+               q=check_rate("q", self.q), capacity=check_whole("capacity", self.capacity, 1),
+               relation=check_relation(self.relation))
 
   @property
   def batch_size(self) -> float:
@@ -182,8 +184,8 @@ class PoissonSampler:
     """
     count_key, member_key = jax.random.split(key)
     n, cap = self.dataset_size, self.capacity
-    kept = jnp.minimum(_binomial(count_key, n, self.q), cap)
-    members = _prefix(member_key, n, kept, cap)
+    kept = jnp.minimum(draw_binomial(count_key, n, self.q), cap)
+    members = draw_prefix(member_key, n, kept, cap)
     mask = jnp.arange(cap) < kept
     return jnp.where(mask, members, 0), mask
 
@@ -217,8 +219,8 @@ class FixedSampler:
   relation: str = "replace_one"
 
   def __post_init__(self):
-    n, b = _sizes(self.dataset_size, self.batch_size)
-    _set(self, dataset_size=n, batch_size=b, relation=_relation(self.relation))
+    n, b = check_sizes(self.dataset_size, self.batch_size)
+    set_fields(self, dataset_size=n, batch_size=b, relation=check_relation(self.relation))
 
   @property
   def expected_batch_size(self) -> int:
@@ -246,7 +248,7 @@ class FixedSampler:
       ``(indices, mask)``: int32 ``(batch_size,)`` distinct indices and an
       all-True mask.
     """
-    members = _prefix(key, self.dataset_size, self.batch_size, self.batch_size)
+    members = draw_prefix(key, self.dataset_size, self.batch_size, self.batch_size)
     return members, jnp.ones((self.batch_size,), bool)
 
   def sample_at(self, key, t) -> Tuple[jax.Array, jax.Array]:

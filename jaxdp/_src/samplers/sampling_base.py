@@ -1,13 +1,15 @@
 """What every sampler of :mod:`jaxdp._src.samplers.sampling` shares.
 
-Host-side validation of sizes, rates and relations; the one epochs rule
-(:func:`poisson_steps_per_epoch`, :func:`epochs_to_steps`: E epochs are
-E × steps_per_epoch steps, rounded up); and the random subsets the samplers
-draw (chunked binomial counts, distinct indices by draw-and-redraw or a
-permutation prefix, the per-step key of an epoch). Re-exported by
-:mod:`jaxdp._src.samplers.sampling` (and ``jaxdp.sampling``); split out of it
-(moves only).
+Host-side validation of sizes, rates and relations (``check_*``,
+``set_fields``); the one epochs rule (:func:`poisson_steps_per_epoch`,
+:func:`epochs_to_steps`: E epochs are E × steps_per_epoch steps, rounded
+up); and the random subsets the samplers draw (``draw_binomial``: chunked
+binomial counts; ``draw_distinct``/``draw_prefix``: distinct indices by
+draw-and-redraw or a permutation prefix; ``epoch_step_key``). The two epoch
+functions are re-exported by :mod:`jaxdp._src.samplers.sampling` (and
+``jaxdp.sampling``); split out of it (moves only).
 """
+
 from __future__ import annotations
 
 import math
@@ -22,7 +24,7 @@ from jaxdp._src import events as _events
 
 
 # Indices are int32: datasets up to 2**31 - 1 examples.
-_MAX_DATASET_SIZE = 2 ** 31 - 1
+MAX_DATASET_SIZE = 2 ** 31 - 1
 # Binomial draws are split into chunks whose counts float32 represents exactly.
 _BINOMIAL_CHUNK = 2 ** 24
 # Draw-and-redraw subset sampling is used while size/n <= 1/_SPARSE_RATIO;
@@ -35,7 +37,7 @@ _SPARSE_RATIO = 4
 # --------------------------------------------------------------------------
 
 
-def _whole(name: str, value: Any, low: int = 1, high: Optional[int] = None) -> int:
+def check_whole(name: str, value: Any, low: int = 1, high: Optional[int] = None) -> int:
   """A concrete whole number in [low, high] as a Python int, else ValueError."""
   if isinstance(value, jax.core.Tracer):
     raise ValueError(f"{name} must be a concrete number (samplers fix shapes on the "
@@ -47,7 +49,7 @@ def _whole(name: str, value: Any, low: int = 1, high: Optional[int] = None) -> i
   return int(value)
 
 
-def _rate(name: str, value: Any) -> float:
+def check_rate(name: str, value: Any) -> float:
   if isinstance(value, jax.core.Tracer):
     raise ValueError(f"{name} must be a concrete number, not a traced value; found {value!r}.")
   if isinstance(value, (bool, np.bool_)) or np.ndim(value) != 0:
@@ -56,32 +58,32 @@ def _rate(name: str, value: Any) -> float:
   return float(value)
 
 
-def _relation(value: Any) -> str:
+def check_relation(value: Any) -> str:
   if not isinstance(value, str) or value not in _events.RELATIONS:
     raise ValueError(f"relation must be one of {', '.join(map(repr, _events.RELATIONS))}; "
                      f"found {value!r}.")
   return value
 
 
-def _sizes(dataset_size, batch_size) -> Tuple[int, int]:
-  n = _whole("dataset_size", dataset_size, 1, _MAX_DATASET_SIZE)
-  b = _whole("batch_size", batch_size, 1)
+def check_sizes(dataset_size, batch_size) -> Tuple[int, int]:
+  n = check_whole("dataset_size", dataset_size, 1, MAX_DATASET_SIZE)
+  b = check_whole("batch_size", batch_size, 1)
   if b > n:
     raise ValueError(f"batch_size must be <= dataset_size = {n}; found {b}.")
   return n, b
 
 
-def _set(sampler, **values) -> None:
+def set_fields(sampler, **values) -> None:
   """Stores validated, normalised fields on a frozen sampler."""
   for name, value in values.items():
     object.__setattr__(sampler, name, value)
 
 
-def _check_step(step: Any, steps_per_epoch: int) -> None:
+def check_step(step: Any, steps_per_epoch: int) -> None:
   """Eager range check of a concrete step; traced steps pass through."""
   if isinstance(step, jax.core.Tracer):
     return
-  _whole("step", step, 0, steps_per_epoch - 1)
+  check_whole("step", step, 0, steps_per_epoch - 1)
 
 
 # --------------------------------------------------------------------------
@@ -107,7 +109,7 @@ def poisson_steps_per_epoch(q: Any) -> Optional[int]:
   Raises:
     ValueError: naming ``q`` and its value when it is not a number in [0, 1].
   """
-  q = _rate("q", q)
+  q = check_rate("q", q)
   return max(1, int(round(1.0 / q))) if q > 0 else None
 
 
@@ -137,7 +139,7 @@ def epochs_to_steps(epochs: Any, steps_per_epoch: Any) -> int:
   if k is None:
     raise ValueError(f"steps_per_epoch must be a whole number >= 1; found None (a sampler "
                      f"at rate q = 0 has no epochs): {steps_per_epoch!r}.")
-  k = _whole("steps_per_epoch", k, 1)
+  k = check_whole("steps_per_epoch", k, 1)
   if isinstance(epochs, jax.core.Tracer) or isinstance(epochs, (bool, np.bool_)) \
       or np.ndim(epochs) != 0:
     raise ValueError(f"epochs must be a positive number; found {epochs!r}.")
@@ -154,7 +156,7 @@ def epochs_to_steps(epochs: Any, steps_per_epoch: Any) -> int:
 # --------------------------------------------------------------------------
 
 
-def _binomial(key, n: int, p: float):
+def draw_binomial(key, n: int, p: float):
   """An exact-count Binomial(n, p) draw as int32 (n static).
 
   ``jax.random.binomial`` works in floating point; splitting n into chunks of
@@ -177,7 +179,7 @@ def _duplicates(x):
   return jnp.zeros((size,), bool).at[ps].set(dup_sorted)
 
 
-def _distinct(key, n, m, size: int):
+def draw_distinct(key, n, m, size: int):
   """A uniformly random sequence of ``m`` distinct integers from [0, n).
 
   Returns an int32 vector of static length ``size`` whose first ``m`` entries
@@ -216,13 +218,13 @@ def _permutation_prefix(key, n: int, size: int):
   return jnp.zeros((size,), jnp.int32).at[:n].set(perm)
 
 
-def _prefix(key, n: int, m, size: int):
+def draw_prefix(key, n: int, m, size: int):
   """First ``m`` entries: a uniform m-subset of [0, n) in random order (n, size static)."""
   if _SPARSE_RATIO * size <= n:
-    return _distinct(key, n, m, size)
+    return draw_distinct(key, n, m, size)
   return _permutation_prefix(key, n, size)
 
 
-def _epoch_step_key(key, t, steps_per_epoch: int):
+def epoch_step_key(key, t, steps_per_epoch: int):
   t = jnp.asarray(t, jnp.int32)
   return jax.random.fold_in(key, t // steps_per_epoch), t % steps_per_epoch

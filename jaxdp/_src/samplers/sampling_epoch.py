@@ -8,6 +8,7 @@ within the epoch, and imply one privacy event per epoch
 :mod:`jaxdp._src.samplers.sampling` (and ``jaxdp.sampling``). Split out of it
 (moves only).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,8 +18,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxdp._src import events as _events
-from jaxdp._src.samplers.sampling_base import (_check_step, _distinct, _epoch_step_key, _relation,
-                                               _set, _sizes, _whole, epochs_to_steps)
+from jaxdp._src.samplers.sampling_base import (check_relation, check_sizes, check_step,
+                                               check_whole, draw_distinct, epoch_step_key,
+                                               epochs_to_steps, set_fields)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,8 +40,9 @@ class BallsInBinsSampler:
   relation: str = dataclasses.field(default="add_remove", init=False)
 
   def __post_init__(self):
-    n, b = _sizes(self.dataset_size, self.batch_size)
-    _set(self, dataset_size=n, batch_size=b, capacity=_whole("capacity", self.capacity, 1))
+    n, b = check_sizes(self.dataset_size, self.batch_size)
+    set_fields(self, dataset_size=n, batch_size=b,
+               capacity=check_whole("capacity", self.capacity, 1))
 
   @property
   def steps_per_epoch(self) -> int:
@@ -87,7 +90,7 @@ class BallsInBinsSampler:
       ``(indices, mask)``: int32 ``(capacity,)`` and bool ``(capacity,)``; the
       first min(bin size, capacity) entries are real.
     """
-    _check_step(step, self.steps_per_epoch)
+    check_step(step, self.steps_per_epoch)
     n, cap = self.dataset_size, self.capacity
     bin_key, cut_key = jax.random.split(key)
     step = jnp.asarray(step, jnp.int32)
@@ -104,7 +107,7 @@ class BallsInBinsSampler:
       # count/2 < cap < count), so that at most half of [0, count) is drawn.
       keep_drawn = 2 * cap <= count
       n_drawn = jnp.where(keep_drawn, cap, count - cap)
-      drawn = _distinct(jax.random.fold_in(cut_key, step), count, n_drawn, cap)
+      drawn = draw_distinct(jax.random.fold_in(cut_key, step), count, n_drawn, cap)
       hit = jnp.searchsorted(rank, drawn + 1, side="left")  # example holding each rank
       hit = jnp.where(slots < n_drawn, hit, n)
       marked = jnp.zeros((n,), bool).at[hit].set(True, mode="drop")
@@ -117,7 +120,7 @@ class BallsInBinsSampler:
 
   def sample_at(self, key, t) -> Tuple[jax.Array, jax.Array]:
     """Global step ``t``: epoch t // k (key ``fold_in(key, epoch)``), step t % k."""
-    epoch_key, step = _epoch_step_key(key, t, self.steps_per_epoch)
+    epoch_key, step = epoch_step_key(key, t, self.steps_per_epoch)
     return self.sample(epoch_key, step)
 
   def event(self, sigma) -> Any:
@@ -148,8 +151,8 @@ class ShuffleSampler:
   relation: str = "add_remove"
 
   def __post_init__(self):
-    n, b = _sizes(self.dataset_size, self.batch_size)
-    _set(self, dataset_size=n, batch_size=b, relation=_relation(self.relation))
+    n, b = check_sizes(self.dataset_size, self.batch_size)
+    set_fields(self, dataset_size=n, batch_size=b, relation=check_relation(self.relation))
 
   @property
   def steps_per_epoch(self) -> int:
@@ -180,7 +183,7 @@ class ShuffleSampler:
       ``(indices, mask)``: int32 ``(batch_size,)`` indices and an all-True
       mask.
     """
-    _check_step(step, self.steps_per_epoch)
+    check_step(step, self.steps_per_epoch)
     b = self.batch_size
     perm = jax.random.permutation(key, self.dataset_size).astype(jnp.int32)
     start = jnp.clip(jnp.asarray(step, jnp.int32), 0, self.steps_per_epoch - 1) * b
@@ -188,7 +191,7 @@ class ShuffleSampler:
 
   def sample_at(self, key, t) -> Tuple[jax.Array, jax.Array]:
     """Global step ``t``: epoch t // k (key ``fold_in(key, epoch)``), step t % k."""
-    epoch_key, step = _epoch_step_key(key, t, self.steps_per_epoch)
+    epoch_key, step = epoch_step_key(key, t, self.steps_per_epoch)
     return self.sample(epoch_key, step)
 
   def event(self, sigma) -> Any:
