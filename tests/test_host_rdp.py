@@ -13,7 +13,7 @@ import jaxdp
 from jaxdp import calibrate, rdp
 from jaxdp._src.kernels import rdp_driver as _rdp_driver
 from jaxdp._src.accounting import rate as _rate
-from jaxdp._src.solvers import boundary as _calibrate_boundary
+from jaxdp._src.solvers import boundary_eval as _calibrate_boundary
 from jaxdp._src.kernels import host_rdp as _host_rdp
 from jaxdp._src.core import numerics as nx
 

@@ -20,7 +20,7 @@ from dp_accounting.rdp import rdp_privacy_accountant as rpa
 import jaxdp
 from jaxdp import accountant, cli, events, tuning
 from jaxdp._src.core import numerics as nx
-from jaxdp._src.solvers import tuning as tuning_impl
+from jaxdp._src.solvers import tuning_kernel
 
 INF = math.inf
 DPA_ORDERS = np.asarray(rpa.DEFAULT_RDP_ORDERS, np.float64)
@@ -196,7 +196,7 @@ def test_tnb_mean_and_gamma():
     mean = tuning.tnb_mean(gamma, shape)
     ref = rpa._truncated_negative_binomial_mean(gamma, shape)  # pylint: disable=protected-access
     assert mean == pytest.approx(ref, rel=1e-12)
-    dist = tuning_impl._distribution(mean, shape)  # pylint: disable=protected-access
+    dist = tuning_kernel._distribution(mean, shape)  # pylint: disable=protected-access
     assert math.exp(-dist.log_inv_gamma) <= gamma * (1 + 1e-14)
     assert math.exp(-dist.log_inv_gamma) == pytest.approx(gamma, rel=1e-12)
   assert tuning.tnb_mean(0.25, 1) == 4.0

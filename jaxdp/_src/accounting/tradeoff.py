@@ -99,22 +99,16 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from scipy import special as _sps
 
 from jaxdp._src.core import numerics as num
 
 __all__ = [
     "TradeoffBounds",
-    "GdpEstimate",
     "from_profile",
     "epsilon_grid",
     "tradeoff",
     "tradeoff_of_state",
-    "gdp_tpr",
-    "gdp_mu",
-    "calibrate_sigma",
     "DEFAULT_NUM_EPS",
-    "DEFAULT_GDP_FPR",
 ]
 
 #: Number of ε grid points of :func:`tradeoff` (uniform in ε).
@@ -123,14 +117,10 @@ DEFAULT_NUM_EPS = 256
 GRID_DELTA = 1e-12
 #: ε grid end is clipped into this range.
 GRID_EPS_RANGE = (1e-3, 60.0)
-#: FPRs at which :func:`gdp_mu` fits μ (both tails of the symmetric curve).
-DEFAULT_GDP_FPR = np.geomspace(1e-6, 0.5, 60)
-DEFAULT_GDP_FPR.setflags(write=False)
 
 _MARGIN = 8.0 * np.finfo(np.float64).eps   # outward rounding of both curves
 _MAX_EPS = 700.0                           # e^ε must stay finite
 _CHUNK = 1 << 20                           # elements per (batch × points × fpr) block
-_PLD_RTOL = 1e-3                           # PLD accuracy used by calibrate_sigma
 
 
 class TradeoffBounds(NamedTuple):
@@ -147,21 +137,6 @@ class TradeoffBounds(NamedTuple):
   fpr: np.ndarray
   tpr_upper: np.ndarray
   tpr_lower: np.ndarray
-
-
-class GdpEstimate(NamedTuple):
-  """μ-GDP ESTIMATES (neither is a certified privacy guarantee).
-
-  Attributes:
-    mu: the smallest μ whose GDP curve Φ(Φ⁻¹(α) + μ) lies on or above the
-      certified upper TPR curve at every FPR of the fitting grid (certified on
-      that grid only; between and outside its points the mechanism may be
-      less private than μ-GDP).
-    mu_clt: the central-limit value q √(T (e^{1/σ²} - 1)) of Bu, Dong, Long &
-      Su (2020), an asymptotic approximation (T -> ∞, q √T fixed).
-  """
-  mu: np.ndarray
-  mu_clt: np.ndarray
 
 
 # --------------------------------------------------------------------------
@@ -515,220 +490,3 @@ def tradeoff_of_state(acc, state, fpr, *, num_eps=DEFAULT_NUM_EPS, eps_grid=None
     lo = np.minimum(np.clip(lo, 0.0, 1.0), up)
   return from_profile(up, lo, eps, fpr)
 
-
-# --------------------------------------------------------------------------
-# Gaussian DP
-# --------------------------------------------------------------------------
-
-
-@num.host_function
-def gdp_tpr(mu, fpr):
-  """TPR of the best test against μ-GDP: 1 - G_μ(α) = Φ(Φ⁻¹(α) + μ).
-
-  (Dong, Roth & Su 2022, §2: G_μ(α) = Φ(Φ⁻¹(1 - α) - μ).)
-
-  Args:
-    mu: μ >= 0 (inf allowed).
-    fpr: α in [0, 1].
-
-  Returns:
-    Broadcast array of TPRs.
-  """
-  num.check_array("mu", mu, low=0.0, allow_inf=True)
-  fpr = _check_fpr("fpr", fpr)
-  mu = np.asarray(mu, np.float64)
-  with np.errstate(invalid="ignore"):
-    z = _sps.ndtri(fpr) + mu
-  z = np.where(np.isnan(z), np.where(fpr > 0, np.inf, -np.inf), z)  # -inf + inf
-  return _sps.ndtr(z)
-
-
-def _mu_clt(q, sigma, steps):
-  with np.errstate(over="ignore"):
-    return q * np.sqrt(steps * np.expm1(1.0 / sigma ** 2))
-
-
-@num.host_function
-def gdp_mu(q, sigma, steps, *, fpr=None, num_eps=DEFAULT_NUM_EPS, rtol=1e-3) -> GdpEstimate:
-  """μ-GDP ESTIMATES of DP-SGD: a fit to the certified curve, and the CLT μ.
-
-  ``mu`` (the one to report): the smallest μ with Φ(Φ⁻¹(α) + μ) >= the
-  certified ``tpr_upper`` at every α of ``fpr``; since the GDP curve increases in μ,
-  μ = max_α [Φ⁻¹(tpr_upper(α)) - Φ⁻¹(α)].  It is certified *on that grid*
-  (no attack at those FPRs beats μ-GDP) but not a certified μ-GDP guarantee:
-  the subsampled Gaussian is not exactly GDP, and its curve crosses every
-  GDP curve that fits it in the bulk (at small FPRs it is less private), so
-  μ grows as the grid reaches smaller FPRs.  The default grid is
-  ``DEFAULT_GDP_FPR`` (1e-6 to 0.5; both curves are symmetric, so the
-  large-FPR half mirrors the small-FPR one).
-
-  ``mu_clt``: q √(T (e^{1/σ²} - 1)), the central limit of Bu, Dong, Long &
-  Su (2020; DRS 2022, §5), an approximation for T -> ∞
-  with q√T fixed that is neither an upper nor a lower bound at finite T (it
-  ignores the low-FPR tail, where it is optimistic).  Reported beside the
-  fit because it is the number the literature quotes; it costs nothing.
-
-  Args:
-    q, sigma, steps: DP-SGD configuration (broadcast, shape S).
-    fpr: 1-D FPRs in (0, 1) to fit on (default ``DEFAULT_GDP_FPR``).
-    num_eps, rtol: as in :func:`tradeoff`.
-
-  Returns:
-    :class:`GdpEstimate` of arrays of shape S.
-  """
-  fpr = DEFAULT_GDP_FPR if fpr is None else fpr
-  num.check_array("fpr", fpr, low=0.0, high=1.0, low_open=True, high_open=True)
-  fpr = np.asarray(fpr, np.float64).reshape(-1)
-  b = tradeoff(q, sigma, steps, fpr, num_eps=num_eps, rtol=rtol)
-  with np.errstate(divide="ignore", invalid="ignore"):
-    mu = np.max(_sps.ndtri(b.tpr_upper) - _sps.ndtri(fpr), axis=-1)
-  mu = np.maximum(mu, 0.0)
-  shape = np.shape(mu)
-  qq, ss, tt = (np.broadcast_to(np.asarray(a, np.float64), shape) for a in (q, sigma, steps))
-  return GdpEstimate(mu, _mu_clt(qq, ss, tt))
-
-
-# --------------------------------------------------------------------------
-# calibration to a maximum attack TPR
-# --------------------------------------------------------------------------
-
-
-def _tpr_at(q, sigma, steps, fpr, num_eps, rtol):
-  up, _ = _dpsgd_bounds(q, sigma, steps, fpr[:, None], num_eps, rtol)
-  return up[:, 0]
-
-
-@num.host_function
-def calibrate_sigma(q, steps, *, target_tpr, at_fpr, rtol=1e-3, num_eps=DEFAULT_NUM_EPS,
-                    sigma_range=(0.1, 1e4)):
-  """Smallest σ whose certified TPR bound at ``at_fpr`` is <= ``target_tpr``.
-
-  Attack-aware noise calibration (Kulynych et al., NeurIPS 2024): instead of
-  a target (ε, δ), bound the power of membership inference directly: after
-  training, no attack distinguishing whether one example was used reaches a
-  TPR above ``target_tpr`` at FPR ``at_fpr``.
-
-  Method (host level, all configurations batched into one PLD call per
-  iteration), in x = log σ on g(x) = log(tpr_upper / target), which is
-  decreasing and smooth: a first guess from the CLT μ (the σ with
-  q √(T (e^{1/σ²} - 1)) = Φ⁻¹(target) - Φ⁻¹(α)); geometric bracketing
-  (steps of ×1.3 in σ, doubling in log σ); then a safeguarded regula falsi
-  (the interpolated root offset by half the tolerance toward the end of the
-  bracket that has not moved, a bisection when one end moves twice in a row)
-  until the bracket's ends are within a factor 1 + ``rtol``.  The returned σ
-  is the feasible end, checked once more as returned (and stepped up by
-  1 + ``rtol`` until it passes, should the check ever disagree): it always
-  meets the target.  Tightness: a σ below σ / (1 + ``rtol``) was evaluated
-  infeasible (exactly: the bracket's other end).  Typically 4-7 PLD calls.
-
-  Args:
-    q: sampling rate in (0, 1].
-    steps: number of steps (whole number >= 1).
-    target_tpr: maximum TPR, in (at_fpr, 1).
-    at_fpr: the FPR α in (0, 1) at which the TPR is bounded.
-    rtol: relative tolerance on σ, in (0, 1).
-    num_eps: ε grid points of :func:`tradeoff`.
-    sigma_range: (low, high) search range; ``low`` is returned where it
-      already meets the target.
-
-  Returns:
-    float64 array of σ (broadcast shape of q, steps, target_tpr, at_fpr).
-
-  Raises:
-    ValueError: naming the argument and value for out-of-range inputs, when
-      ``target_tpr <= at_fpr`` (every test has TPR >= FPR), or when even
-      σ = ``sigma_range[1]`` does not meet the target.
-  """
-  num.check_array("q", q, low=0.0, high=1.0, low_open=True)
-  num.check_array("steps", steps, low=1.0, integer=True)
-  num.check_array("at_fpr", at_fpr, low=0.0, high=1.0, low_open=True, high_open=True)
-  num.check_array("target_tpr", target_tpr, low=0.0, high=1.0, low_open=True, high_open=True)
-  num.check_array("rtol", rtol, low=0.0, high=1.0, low_open=True, high_open=True)
-  num.check_array("num_eps", num_eps, low=2.0, integer=True)
-  num.check_array("sigma_range", sigma_range, low=0.0, low_open=True)
-  s_min, s_max = (float(x) for x in np.asarray(sigma_range, np.float64).reshape(-1)[:2])
-  if not s_min < s_max:
-    raise ValueError(f"sigma_range must be (low, high) with low < high; found {sigma_range!r}.")
-  shape = num.check_same_shape(q=q, steps=steps, target_tpr=target_tpr, at_fpr=at_fpr)
-  q, t, tgt, a = (np.broadcast_to(np.asarray(x, np.float64), shape).reshape(-1)
-                  for x in (q, steps, target_tpr, at_fpr))
-  bad = tgt <= a
-  if bad.any():
-    i = int(np.argmax(bad))
-    raise ValueError(f"target_tpr must exceed at_fpr (every test has TPR >= FPR); found "
-                     f"target_tpr={tgt[i]!r} <= at_fpr={a[i]!r}.")
-
-  def excess(s, sel):
-    """log(tpr_upper / target) at σ = s: <= 0 is feasible."""
-    up = _tpr_at(q[sel], s, t[sel], a[sel], int(num_eps), _PLD_RTOL)
-    return np.log(up) - np.log(tgt[sel])
-
-  mu = _sps.ndtri(tgt) - _sps.ndtri(a)
-  with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-    guess = 1.0 / np.sqrt(np.log1p((mu / q) ** 2 / t))
-  x_min, x_max = math.log(s_min), math.log(s_max)
-  x = np.log(np.clip(np.nan_to_num(guess, nan=1.0, posinf=s_max), s_min, s_max))
-  # Bracket [x_lo, x_hi] in x = log σ: g(x_lo) > 0 (infeasible), g(x_hi) <= 0.
-  x_lo = np.full(q.size, np.nan)
-  x_hi = np.full(q.size, np.nan)
-  g_lo = np.full(q.size, np.nan)
-  g_hi = np.full(q.size, np.nan)
-  step = np.full(q.size, math.log(1.3))
-  todo = np.arange(q.size)
-  while todo.size:  # geometric bracketing from the CLT guess, the step doubling in log σ
-    g = excess(np.exp(x[todo]), todo)
-    ok = g <= 0
-    x_hi[todo[ok]], g_hi[todo[ok]] = x[todo[ok]], g[ok]
-    x_lo[todo[~ok]], g_lo[todo[~ok]] = x[todo[~ok]], g[~ok]
-    x = x.copy()
-    x[todo] = np.clip(np.where(ok, x[todo] - step[todo], x[todo] + step[todo]), x_min, x_max)
-    step[todo] *= 2.0
-    done = ((~np.isnan(x_lo[todo])) & (~np.isnan(x_hi[todo]))
-            | (ok & (x_hi[todo] <= x_min)) | (~ok & (x_lo[todo] >= x_max)))
-    todo = todo[~done]
-  unreachable = np.isnan(x_hi)
-  if unreachable.any():
-    i = int(np.argmax(unreachable))
-    raise ValueError(f"no sigma <= {s_max!r} meets target_tpr={tgt[i]!r} at at_fpr={a[i]!r} "
-                     f"(q={q[i]!r}, steps={t[i]!r}); raise sigma_range[1].")
-  at_min = np.isnan(x_lo)   # feasible at s_min: nothing to refine
-  x_lo = np.where(at_min, x_hi, x_lo)
-  g_lo = np.where(at_min, 1.0, g_lo)
-  # Safeguarded regula falsi on g(x) = log(tpr_upper / target): the
-  # interpolated root, offset by tol/2 toward the end that has not moved (so
-  # both ends close in), and a bisection when one end moves twice in a row.
-  tol = math.log1p(rtol)
-  last = np.zeros(q.size)     # +1: x_hi moved last, -1: x_lo moved last
-  streak = np.zeros(q.size)
-  while True:
-    act = np.nonzero(x_hi - x_lo > tol)[0]
-    if not act.size:
-      break
-    lo_, hi_, w = x_lo[act], x_hi[act], x_hi[act] - x_lo[act]
-    frac = g_lo[act] / np.maximum(g_lo[act] - g_hi[act], 1e-300)
-    xp = lo_ + np.clip(frac, 0.0, 1.0) * w - 0.5 * tol * last[act]
-    xp = np.where(streak[act] >= 2, 0.5 * (lo_ + hi_), xp)
-    xp = np.clip(xp, lo_ + 0.25 * tol, hi_ - 0.25 * tol)
-    g = excess(np.exp(xp), act)
-    ok = g <= 0
-    side = np.where(ok, 1.0, -1.0)
-    streak[act] = np.where(side == last[act], streak[act] + 1, 1)
-    last[act] = side
-    x_hi[act[ok]], g_hi[act[ok]] = xp[ok], g[ok]
-    x_lo[act[~ok]], g_lo[act[~ok]] = xp[~ok], g[~ok]
-  hi = np.exp(x_hi)
-  hi = np.where(at_min, s_min, hi)
-
-  def feasible(s, sel):
-    return excess(s, sel) <= 0
-
-  # The returned σ is checked as returned.
-  idx = np.arange(q.size)
-  for _ in range(32):
-    ok = feasible(hi, idx)
-    if ok.all():
-      break
-    hi = np.where(ok, hi, hi * (1.0 + rtol))
-  else:
-    raise ValueError("calibrate_sigma could not certify its answer (a jaxdp bug).")
-  return hi.reshape(shape)

@@ -1,38 +1,35 @@
 """Host-level drivers of :mod:`jaxdp.calibrate`: σ or q at the ε boundary.
 
-The parametrisations x ↦ (q, σ), the chunked execution of the jitted solver
-kernels (optionally sharded, for :mod:`jaxdp.sweep`), the certifying ε checks
-by :func:`jaxdp.epsilon`, and the RDP (two-phase, order windows) and PLD
-(host-level bracketing) boundary solvers. The public functions and the method
-are described in :mod:`jaxdp.calibrate`.
+The RDP (two-phase, order windows) and PLD (host-level bracketing) boundary
+solvers, on what :mod:`jaxdp._src.solvers.boundary_eval` evaluates (the
+parametrisations, the chunked jitted solver kernels, the certifying ε checks
+by :func:`jaxdp.epsilon`). The public functions and the method are described
+in :mod:`jaxdp.calibrate`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import functools
-import math
-
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxdp._src.core import grid_search as _grid_search
-from jaxdp._src.core import numerics as nx
-from jaxdp._src.kernels import rdp
 from jaxdp._src.core import host_bracket as _host_bracket
-from jaxdp._src.core.bracket import _MAX_ITER, _solve
+from jaxdp._src.core import numerics as nx
+from jaxdp._src.solvers.boundary_eval import (
+    _CHEAP_MAX_ORDER,
+    _PAD,
+    _SMALL,
+    _bounds,
+    _check_epsilon,
+    _check_epsilon_rdp,
+    _curve_fn,
+    _first_guess,
+    _from_x,
+    _map_chunks,
+    _orders_key,
+    _solver_fn,
+    _window_solver_fn,
+)
 
-#: σ is searched in this range: σ = SIGMA_RANGE[0] is returned when it already
-#: meets the target, inf when even SIGMA_RANGE[1] does not.
-SIGMA_RANGE = (1e-3, 1e7)
-#: Smallest sampling rate searched; below it ``sampling_rate`` returns 0.
-MIN_SAMPLING_RATE = 1e-12
-
-_CHUNK = 256           # configurations per jitted call (fixed: one compile)
-_SMALL = 16            # chunk for small calls (single configurations, CLI)
-_CHEAP_MAX_ORDER = 64  # integer orders up to this form the cheap phase-1 set
 _ROUNDS = 4            # refinement rounds with expensive-order windows
 _ENVELOPE_ROUNDS = 8   # best-real-order rounds (default orders), see _rdp_boundary
 _ENVELOPE_EXPONENT = 1.5  # ε ~ σ^-k locally: the first round's order prediction
@@ -42,235 +39,10 @@ _PLD_SECOND_SLOPE = 2.5  # ... with the start's slope clipped to [-this, -1]
 _PLD_START_TOL = 1e-2  # the PLD solve's start: the RDP boundary to this (log σ / log q)
 _BUMPS = 40            # feasibility step-ups before giving up (never reached)
 
-_D = rdp.DEFAULT_ORDERS
-_DEFAULT_CHEAP = tuple(float(o) for o in _D[(_D == np.floor(_D)) & (_D <= _CHEAP_MAX_ORDER)])
-
-# Optional sharding for the chunked kernels (set by jaxdp.sweep).
-_SHARDING = contextvars.ContextVar("jaxdp_calibrate_sharding", default=None)
-
-
-@contextlib.contextmanager
-def _use_sharding(sharding):
-  token = _SHARDING.set(sharding)
-  try:
-    yield
-  finally:
-    _SHARDING.reset(token)
-
-
-# --------------------------------------------------------------------------
-# Parametrisations: x ↦ (q, σ)
-# --------------------------------------------------------------------------
-
-
-def _bounds(kind, dtype=jnp.float64):
-  if kind == "sigma":
-    return math.log(SIGMA_RANGE[0]), math.log(SIGMA_RANGE[1])
-  return 0.0, -math.log(MIN_SAMPLING_RATE)
-
-
-def _qs(kind, x, a):
-  """(q, σ) from the unknown x and the known parameter a."""
-  if kind == "sigma":
-    return a, jnp.exp(x)
-  return jnp.exp(-x), a
-
-
-def _first_guess(kind, target, delta, a, steps):
-  """Closed-form start: ε ≈ q √(2 T log(1/δ)) / σ (Gaussian-regime RDP)."""
-  c = np.sqrt(2.0 * np.maximum(steps, 1.0) * np.log(1.0 / delta))
-  t = np.maximum(target, 1e-12)
-  with np.errstate(divide="ignore", over="ignore"):
-    if kind == "sigma":
-      return np.log(np.maximum(a * c / t, 1e-300))
-    return -np.log(np.minimum(t * a / c, 1.0))
-
-
-# --------------------------------------------------------------------------
-# Chunked execution of jitted kernels
-# --------------------------------------------------------------------------
-
-
-def _chunk_size(n):
-  """Chunk length: 16 for small calls, else 256 — only two shapes ever compile."""
-  return _SMALL if n <= _SMALL else _CHUNK
-
-
-_PAD = {"x": 0.0, "a": 0.5, "b": 1.0, "t": 1.0, "d": 1e-5, "q": 0.5, "s": 1.0, "w": 2.0}
-
-
-def _map_chunks(fn, arrays, pads):
-  """Applies jitted ``fn`` to equal-length host arrays in padded chunks.
-
-  Chunks have one of two fixed lengths (:func:`_chunk_size`) so that each
-  kernel compiles at most twice. Under :func:`_use_sharding` each chunk is
-  placed with the given sharding and is ``_CHUNK`` per device long.
-  """
-  n = arrays[0].shape[0]
-  if n == 0:
-    return None
-  sharding = _SHARDING.get()
-  size = _chunk_size(n)
-  if sharding is not None:
-    size = _CHUNK * sharding.mesh.devices.size
-
-  def chunk(start):
-    parts = [a[start:start + size] for a in arrays]
-    m = parts[0].shape[0]
-    if m < size:
-      parts = [np.concatenate([p, np.full((size - m,) + p.shape[1:], v, p.dtype)])
-               for p, v in zip(parts, pads)]
-    if sharding is not None:
-      parts = [jax.device_put(p, sharding if p.ndim == 1 else jax.sharding.NamedSharding(
-          sharding.mesh, jax.sharding.PartitionSpec(*sharding.spec, None))) for p in parts]
-    else:
-      parts = [jnp.asarray(p) for p in parts]
-    res = fn(*parts)
-    res = res if isinstance(res, tuple) else (res,)
-    return tuple(np.asarray(r)[:m] for r in res)
-
-  starts = range(0, n, size)
-  # Chunks side by side on the CPU's cores (nx.thread_map); sharded calls
-  # already spread over their devices.
-  outs = [chunk(s) for s in starts] if sharding is not None else nx.thread_map(chunk, starts)
-  return tuple(np.concatenate([o[i] for o in outs]) for i in range(len(outs[0])))
-
-
-@functools.lru_cache(maxsize=64)
-def _solver_fn(kind, orders_key, max_iter=_MAX_ITER):
-  orders = np.asarray(orders_key)
-  xmin, xmax = _bounds(kind)
-
-  def run(x0, a, b, t, d, tol):
-    def eps_of_x(x):
-      q, s = _qs(kind, x, a)
-      return rdp.dpsgd_epsilon(q, s, b, d, orders)
-
-    s = _solve(eps_of_x, t, x0, xmin, xmax, tol, max_iter)
-    q, sg = _qs(kind, s.hi, a)
-    _, best = rdp.to_epsilon(rdp.dpsgd_rdp(q, sg, b, orders), orders, d)
-    return s.hi, s.has_hi, s.eps_hi, best, s.has_lo
-
-  return jax.jit(run)
-
-
-def _window_epsilon(q, s, b, d, win):
-  per = rdp.sampled_gaussian(q[..., None], s[..., None], win)
-  return rdp.to_epsilon(b[..., None] * per, win, d)[0]
-
-
-@functools.lru_cache(maxsize=8)
-def _window_solver_fn(kind):
-  xmin, xmax = _bounds(kind)
-
-  def run(x0, a, b, t, d, tol, win):
-    def eps_of_x(x):
-      q, s = _qs(kind, x, a)
-      return _window_epsilon(q, s, b, d, win)
-
-    # Only a boundary below x0 (the current answer) can improve it: search
-    # [xmin, x0], so configurations already infeasible at x0 stop at once.
-    s = _solve(eps_of_x, t, x0, xmin, x0, tol)
-    return s.hi, s.has_hi, s.eps_hi
-
-  return jax.jit(run)
-
-
-@functools.lru_cache(maxsize=32)
-def _curve_fn(orders_key, with_order):
-  orders = np.asarray(orders_key)
-
-  def run(q, s, b, d):
-    eps, best = rdp.to_epsilon(rdp.dpsgd_rdp(q, s, b, orders), orders, d)
-    return (eps, best) if with_order else eps
-
-  return jax.jit(run)
-
-
-@functools.lru_cache(maxsize=32)
-def _per_step_fn(orders_key):
-  orders = np.asarray(orders_key)
-  return jax.jit(lambda q, s: rdp.dpsgd_rdp(q, s, jnp.ones_like(q), orders))
-
-
-def _orders_key(orders):
-  return tuple(float(o) for o in np.asarray(orders, np.float64).ravel())
-
-
-def _check_epsilon_rdp(q, s, t_steps, d, orders, with_order=False):
-  """ε by :func:`jaxdp.epsilon` (the public path), sizes padded to the chunk.
-
-  With ``with_order`` (default orders only): ``(ε, α)``, α the real order
-  at which each ε was attained.
-  """
-  from jaxdp._src.accounting import rate  # pylint: disable=g-import-not-at-top
-  from jaxdp._src.kernels import rdp_driver  # pylint: disable=g-import-not-at-top
-  n = q.shape[0]
-  if orders is None and not with_order and 0 < n <= _SMALL:
-    return _host_epsilon(q, s, t_steps, d)
-  size = _chunk_size(n)
-
-  def chunk(start):
-    parts = [a[start:start + size] for a in (q, s, t_steps, d)]
-    m = parts[0].shape[0]
-    parts = [np.concatenate([p, np.full(size - m, v)]) for p, v in zip(parts, (0.5, 1.0, 1.0, 1e-5))]
-    if with_order:
-      e, alpha = rdp_driver.epsilon_and_order(*parts)
-      return np.asarray(e, np.float64)[:m], np.asarray(alpha, np.float64)[:m]
-    e = rate.epsilon(*parts, orders=None if orders is None else np.asarray(orders))
-    return np.asarray(e, np.float64)[:m], None
-
-  outs = nx.thread_map(chunk, range(0, n, size))   # chunks side by side on the CPU's cores
-  eps = np.concatenate([o[0] for o in outs]) if outs else np.zeros(0)
-  if with_order:
-    return eps, (np.concatenate([o[1] for o in outs]) if outs else np.zeros(0))
-  return eps
-
-
-# The host path (jaxdp._src.kernels.host_rdp) and the compiled one agree to 2e-13
-# relative down to sigma = 0.01 (tests/test_host_rdp.py); a host value inflated by this margin
-# that meets a target meets it on either path of jaxdp.epsilon.
-_HOST_MARGIN = 1e-10
-
-
-def _host_epsilon(q, s, t_steps, d):
-  """ε of a few configurations (default orders) on the host, no compilation,
-  with the nodes :func:`jaxdp.epsilon` would use for each on its own."""
-  from jaxdp._src.kernels import host_rdp as _host_rdp  # pylint: disable=g-import-not-at-top
-  eps = np.empty(q.shape[0])
-  for sel, nodes in _host_rdp.node_groups(s):
-    eps[sel] = _host_rdp.minimum_over_all_orders("epsilon", "improved", q[sel], s[sel],
-                                                 t_steps[sel], d[sel], nodes)
-  return eps * (1.0 + _HOST_MARGIN)
-
-
-def _check_epsilon(kind_acc, q, s, t_steps, d, orders, want_lower=True):
-  if kind_acc == "pld":
-    from jaxdp._src.pld import kernel as pld  # pylint: disable=g-import-not-at-top
-    if q.shape[0] == 0:
-      return np.zeros(0)
-    # jaxdp.epsilon(accountant="pld")'s value, except that the RDP bound beside
-    # the PLD's is the guards' cheap ceiling wherever the full default-orders
-    # value could only lie inside the certified interval (pld._rdp_ceiling):
-    # an upper bound on ε either way, and never below jaxdp.epsilon's value,
-    # so a σ that meets the target here meets it there.
-    with nx.x64():
-      _, up, rdp_up = pld.guarded_bounds("epsilon", q, s, t_steps, d, full_rdp=False,
-                                         want_lower=want_lower)
-    return np.minimum(up, rdp_up).reshape(-1)
-  return _check_epsilon_rdp(q, s, t_steps, d, orders)
-
 
 # --------------------------------------------------------------------------
 # Host-level drivers
 # --------------------------------------------------------------------------
-
-
-def _from_x(kind, x):
-  xmin, _ = _bounds(kind)
-  if kind == "sigma":
-    return np.where(x <= xmin, SIGMA_RANGE[0], np.exp(x))
-  return np.where(x <= xmin, 1.0, np.exp(-x))
 
 
 def _zero_boundary(kind, accountant, delta, a, b, orders_checked, rtol):
@@ -348,123 +120,152 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
   phase1 = orders if single else cheap
   x0 = _first_guess(kind, target, delta, a, b)
   x0 = np.clip(np.where(np.isfinite(x0), x0, xmax), xmin, xmax)
-  tolv = np.full(n, tol)
+  st = _RdpSearch(kind, target, delta, a, b, orders_checked, tol)
   hi, has_hi, eps_hi, best_c, _ = _map_chunks(
-      _solver_fn(kind, _orders_key(phase1)), [x0, a, b, target, delta, tolv],
+      _solver_fn(kind, _orders_key(phase1)), [x0, a, b, target, delta, st.tolv],
       [_PAD[k] for k in "xabtdt"])
-  x = np.where(has_hi, hi, xmax)
-  eps_ref = np.where(has_hi, eps_hi, np.inf)   # ε of the order set that found x
+  st.x = np.where(has_hi, hi, xmax)
+  st.eps_ref = np.where(has_hi, eps_hi, np.inf)   # ε of the order set that found x
+  if not single and orders_checked is not None:
+    _neighbour_round(st, orders, cheap, best_c, has_hi)
+  st.check(np.arange(n))
+  unreachable = ~has_hi & (st.e_full > target)
+  if not single:
+    _jump_and_refine(st, orders, unreachable, rtol)
+  if st.continuous:
+    _envelope_rounds(st, unreachable)
+  value = _from_x(kind, st.x)
+  value = _make_feasible(kind, "rdp", value, st.e_full, target, delta, a, b, orders_checked,
+                         skip=unreachable)
+  return value, unreachable
 
-  def qs(xv, idx):
-    v = _from_x(kind, xv)
-    return (a[idx], v) if kind == "sigma" else (v, a[idx])
 
-  def window_solve(idx, win):
+class _RdpSearch:
+  """The state of :func:`_rdp_boundary` over its rounds (flat arrays,
+  updated in place): ``x`` the boundary so far, ``eps_ref`` ε of the order
+  set that found it, ``e_full`` the public ε at x and, for the default
+  orders, ``alpha`` the real order that attains it."""
+
+  def __init__(self, kind, target, delta, a, b, orders_checked, tol):
+    n = target.shape[0]
+    self.kind, self.target, self.delta, self.a, self.b = kind, target, delta, a, b
+    self.orders_checked, self.tol = orders_checked, tol
+    self.tolv = np.full(n, tol)
+    self.continuous = orders_checked is None   # default orders: every real α > 1
+    self.e_full = np.empty(n)
+    self.alpha = np.full(n, np.nan)
+    self.x = self.eps_ref = None
+
+  def qs(self, xv, idx):
+    v = _from_x(self.kind, xv)
+    return (self.a[idx], v) if self.kind == "sigma" else (v, self.a[idx])
+
+  def window_solve(self, idx, win):
     """Boundary over the orders ``win`` (per configuration); keeps the min."""
+    x, eps_ref = self.x, self.eps_ref
     xw, okw, epsw = _map_chunks(
-        _window_solver_fn(kind), [x[idx], a[idx], b[idx], target[idx], delta[idx],
-                                  tolv[idx], win],
-        [0.0, 0.5, 1.0, 1.0, 1e-5, tol, 2.0])
+        _window_solver_fn(self.kind), [x[idx], self.a[idx], self.b[idx], self.target[idx],
+                                       self.delta[idx], self.tolv[idx], win],
+        [0.0, 0.5, 1.0, 1.0, 1e-5, self.tol, 2.0])
     better = okw & (xw < x[idx])
     x[idx] = np.where(better, xw, x[idx])
     eps_ref[idx] = np.where(better, epsw, eps_ref[idx])
     return better
 
-  if not single and orders_checked is not None:
-    # The best full-set order is nearly always a neighbour (in the sorted
-    # full list) of the best cheap order: solve on the expensive neighbours
-    # before the (single) full check. (Default orders: the envelope rounds
-    # below solve at the best real order, expensive neighbours included.)
-    pos = np.clip(np.searchsorted(orders, best_c), 0, orders.size - 1)
-    left = orders[np.maximum(pos - 1, 0)]
-    right = orders[np.minimum(pos + 1, orders.size - 1)]
-    exp_l = ~np.isin(left, cheap) & (pos > 0)
-    exp_r = ~np.isin(right, cheap) & (pos < orders.size - 1)
-    cand = has_hi & (exp_l | exp_r)
-    idx = np.nonzero(cand)[0]
-    if idx.size:
-      win = np.stack([np.where(exp_l, left, right)[idx], np.where(exp_r, right, left)[idx]], 1)
-      window_solve(idx, win)
-  continuous = orders_checked is None   # default orders: every real α > 1
-  e_full = np.empty(n)
-  alpha = np.full(n, np.nan)   # default orders: the real order that attains e_full
-
-  def check(sel):
+  def check(self, sel):
     """The public ε at x[sel] (and, for the default orders, its order)."""
-    qi, si = qs(x[sel], sel)
-    if continuous:
-      e_full[sel], alpha[sel] = _check_epsilon_rdp(qi, si, b[sel], delta[sel], None,
-                                                   with_order=True)
+    qi, si = self.qs(self.x[sel], sel)
+    if self.continuous:
+      self.e_full[sel], self.alpha[sel] = _check_epsilon_rdp(
+          qi, si, self.b[sel], self.delta[sel], None, with_order=True)
     else:
-      e_full[sel] = _check_epsilon_rdp(qi, si, b[sel], delta[sel], orders_checked)
+      self.e_full[sel] = _check_epsilon_rdp(qi, si, self.b[sel], self.delta[sel],
+                                            self.orders_checked)
 
-  check(np.arange(n))
-  unreachable = ~has_hi & (e_full > target)
-  if not single:
-    # Where the cheap boundary sits on a jump of ε (the KL branch of the
-    # conversion switching on), the full boundary may lie anywhere below it:
-    # solve those with the full order set directly.
-    gap = max(1e-3, 50.0 * rtol)
-    jump = ~unreachable & (eps_ref < target * (1.0 - gap))
-    # Elsewhere, refine where an order outside those solved beats them at x
-    # (explicit orders; the default path's envelope rounds below do it).
-    refine = ~unreachable & ~jump & (e_full < eps_ref * (1.0 - 1e-10)) & (not continuous)
-    for _ in range(_ROUNDS):
-      idx = np.nonzero(refine)[0]
-      if idx.size == 0:
-        break
-      qi, si = qs(x[idx], idx)
-      _, best = _map_chunks(_curve_fn(_orders_key(orders), True),
-                            [qi, si, b[idx], delta[idx]], [0.5, 1.0, 1.0, 1e-5])
-      pos = np.clip(np.searchsorted(orders, best), 0, orders.size - 1)
-      k = min(_WINDOW, orders.size)
-      start = np.clip(pos - (k // 2), 0, orders.size - k)
-      better = window_solve(idx, orders[start[:, None] + np.arange(k)[None, :]])
-      check(idx)
-      refine = np.zeros(n, bool)
-      refine[idx] = better & (e_full[idx] < eps_ref[idx] * (1.0 - 1e-10))
-      jump[idx] |= better & (eps_ref[idx] < target[idx] * (1.0 - gap))
-    jump |= refine  # not settled by the windows: full solve
-    idx = np.nonzero(jump)[0]
-    if idx.size:
-      xf, okf, _, _, _ = _map_chunks(
-          _solver_fn(kind, _orders_key(orders)),
-          [x[idx], a[idx], b[idx], target[idx], delta[idx], tolv[idx]],
-          [_PAD[k] for k in "xabtdt"])
-      x[idx] = np.where(okf & (xf < x[idx]), xf, x[idx])
-      check(idx)
-  if continuous:
-    # Envelope rounds. With ε(x) = min_α ε_α(x) and each ε_α non-increasing
-    # in x, the boundary is min_α x_α (x_α: the boundary of order α alone).
-    # A round solves at α*, the order where the public ε(x) was attained
-    # (grid minimum, then golden section between its grid neighbours), for
-    # x_{α*} below x; the envelope theorem (∂ε/∂α = 0 at α*) makes it exact
-    # to second order in the change of α*. Rounds repeat where x still moved
-    # by more than 20·tol.
-    # For σ the first round solves at the order predicted at the boundary
-    # instead: the start x is the integer orders' boundary, above the real
-    # one, and α* falls with σ (ε ~ σ^-1.5 locally, α* - 1 ~ σ as RDP ~ α/σ²
-    # meets log(1/δ)/(α - 1)); this takes two rounds off the small-α
-    # configurations (1000 calibrations: 1.25-1.31 s -> 1.03-1.15 s). Where
-    # the prediction does not improve x, the plain round follows.
-    idx = np.nonzero(~unreachable)[0]
-    for rnd in range(_ENVELOPE_ROUNDS):
-      if idx.size == 0:
-        break
-      before = x[idx].copy()
-      predicted = rnd == 0 and kind == "sigma"
-      win = alpha[idx][:, None]
-      if predicted:
-        ratio = np.clip((e_full[idx] / target[idx]) ** (1 / _ENVELOPE_EXPONENT), 0.5, 1.0)
-        win = (1.0 + (alpha[idx] - 1.0) * ratio)[:, None]
-      better = window_solve(idx, win)
-      check(idx[better])
-      keep = better & (x[idx] < before - 20.0 * tol)
-      idx = idx[keep | ~better] if predicted else idx[keep]
-  value = _from_x(kind, x)
-  value = _make_feasible(kind, "rdp", value, e_full, target, delta, a, b, orders_checked,
-                         skip=unreachable)
-  return value, unreachable
+
+def _neighbour_round(st, orders, cheap, best_c, has_hi):
+  """The best full-set order is nearly always a neighbour (in the sorted
+  full list) of the best cheap order: solve on the expensive neighbours
+  before the (single) full check. (Default orders: the envelope rounds
+  solve at the best real order, expensive neighbours included.)"""
+  pos = np.clip(np.searchsorted(orders, best_c), 0, orders.size - 1)
+  left = orders[np.maximum(pos - 1, 0)]
+  right = orders[np.minimum(pos + 1, orders.size - 1)]
+  exp_l = ~np.isin(left, cheap) & (pos > 0)
+  exp_r = ~np.isin(right, cheap) & (pos < orders.size - 1)
+  cand = has_hi & (exp_l | exp_r)
+  idx = np.nonzero(cand)[0]
+  if idx.size:
+    win = np.stack([np.where(exp_l, left, right)[idx], np.where(exp_r, right, left)[idx]], 1)
+    st.window_solve(idx, win)
+
+
+def _jump_and_refine(st, orders, unreachable, rtol):
+  """Where the cheap boundary sits on a jump of ε (the KL branch of the
+  conversion switching on), the full boundary may lie anywhere below it:
+  solve those with the full order set directly. Elsewhere, refine where an
+  order outside those solved beats them at x (explicit orders; the default
+  path's envelope rounds do it)."""
+  n, target, x, e_full, eps_ref = st.target.shape[0], st.target, st.x, st.e_full, st.eps_ref
+  gap = max(1e-3, 50.0 * rtol)
+  jump = ~unreachable & (eps_ref < target * (1.0 - gap))
+  refine = ~unreachable & ~jump & (e_full < eps_ref * (1.0 - 1e-10)) & (not st.continuous)
+  for _ in range(_ROUNDS):
+    idx = np.nonzero(refine)[0]
+    if idx.size == 0:
+      break
+    qi, si = st.qs(x[idx], idx)
+    _, best = _map_chunks(_curve_fn(_orders_key(orders), True),
+                          [qi, si, st.b[idx], st.delta[idx]], [0.5, 1.0, 1.0, 1e-5])
+    pos = np.clip(np.searchsorted(orders, best), 0, orders.size - 1)
+    k = min(_WINDOW, orders.size)
+    start = np.clip(pos - (k // 2), 0, orders.size - k)
+    better = st.window_solve(idx, orders[start[:, None] + np.arange(k)[None, :]])
+    st.check(idx)
+    refine = np.zeros(n, bool)
+    refine[idx] = better & (e_full[idx] < eps_ref[idx] * (1.0 - 1e-10))
+    jump[idx] |= better & (eps_ref[idx] < target[idx] * (1.0 - gap))
+  jump |= refine  # not settled by the windows: full solve
+  idx = np.nonzero(jump)[0]
+  if idx.size:
+    xf, okf, _, _, _ = _map_chunks(
+        _solver_fn(st.kind, _orders_key(orders)),
+        [x[idx], st.a[idx], st.b[idx], target[idx], st.delta[idx], st.tolv[idx]],
+        [_PAD[k] for k in "xabtdt"])
+    x[idx] = np.where(okf & (xf < x[idx]), xf, x[idx])
+    st.check(idx)
+
+
+def _envelope_rounds(st, unreachable):
+  """Envelope rounds (default orders). With ε(x) = min_α ε_α(x) and each
+  ε_α non-increasing in x, the boundary is min_α x_α (x_α: the boundary of
+  order α alone). A round solves at α*, the order where the public ε(x) was
+  attained (grid minimum, then golden section between its grid neighbours),
+  for x_{α*} below x; the envelope theorem (∂ε/∂α = 0 at α*) makes it exact
+  to second order in the change of α*. Rounds repeat where x still moved by
+  more than 20·tol.
+
+  For σ the first round solves at the order predicted at the boundary
+  instead: the start x is the integer orders' boundary, above the real one,
+  and α* falls with σ (ε ~ σ^-1.5 locally, α* - 1 ~ σ as RDP ~ α/σ² meets
+  log(1/δ)/(α - 1)); this takes two rounds off the small-α configurations
+  (1000 calibrations: 1.25-1.31 s -> 1.03-1.15 s). Where the prediction does
+  not improve x, the plain round follows."""
+  x, alpha, e_full, target = st.x, st.alpha, st.e_full, st.target
+  idx = np.nonzero(~unreachable)[0]
+  for rnd in range(_ENVELOPE_ROUNDS):
+    if idx.size == 0:
+      break
+    before = x[idx].copy()
+    predicted = rnd == 0 and st.kind == "sigma"
+    win = alpha[idx][:, None]
+    if predicted:
+      ratio = np.clip((e_full[idx] / target[idx]) ** (1 / _ENVELOPE_EXPONENT), 0.5, 1.0)
+      win = (1.0 + (alpha[idx] - 1.0) * ratio)[:, None]
+    better = st.window_solve(idx, win)
+    st.check(idx[better])
+    keep = better & (x[idx] < before - 20.0 * st.tol)
+    idx = idx[keep | ~better] if predicted else idx[keep]
 
 
 def _make_feasible(kind, acc, value, e_full, target, delta, a, b, orders_checked, skip,

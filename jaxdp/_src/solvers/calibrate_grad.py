@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp._src.kernels import rdp
-from jaxdp._src.core.bracket import _solve
-from jaxdp._src.solvers.boundary import _bounds
+from jaxdp._src.core.roots import solve_jit
+from jaxdp._src.solvers.boundary_eval import _bounds
 
 
 def _eps_and_partials(q, s, t_steps, d, orders):
@@ -73,7 +73,7 @@ def _solve_sigma(t, d, q, t_steps, orders_key, rtol):
   c = jnp.sqrt(2.0 * jnp.maximum(t_steps, 1.0) * jnp.log(1.0 / d))
   x0 = jnp.log(jnp.maximum(q * c / jnp.maximum(t, 1e-12), 1e-30))
   x0 = jnp.where(jnp.isfinite(x0), x0, xmax)
-  s = _solve(lambda x: rdp.dpsgd_epsilon(q, jnp.exp(x), t_steps, d, orders), t, x0, xmin, xmax,
+  s = solve_jit(lambda x: rdp.dpsgd_epsilon(q, jnp.exp(x), t_steps, d, orders), t, x0, xmin, xmax,
              0.5 * rtol)
   return jnp.where(s.has_hi, jnp.exp(s.hi), jnp.inf)
 

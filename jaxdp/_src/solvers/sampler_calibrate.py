@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from jaxdp._src.core import numerics as nx
+from jaxdp._src.core import roots
 from jaxdp._src.accounting.sampler_forward import (_forward, _pld_equivalent, _plain_poisson, _tight_upper,
                                                    epsilon)
 from jaxdp._src.events import is_sampler
@@ -92,21 +93,16 @@ def calibrate_sigma(sampler, target_epsilon, delta, steps, accountant="rdp", rto
   if accountant == "pld":
     return _tight_sigma(sampler, float(target_epsilon), float(delta), float(steps), rtol)
 
-  def eps(s):
-    return float(epsilon(sampler, s, steps, delta, accountant))
+  fits = _scalar_fits(lambda y: float(epsilon(sampler, math.exp(y), steps, delta, accountant))
+                      <= target_epsilon)
+  r = roots.bisect(fits, math.log(1e-3), math.log(1e4), tol=rtol / 2, certified="upper")
+  return np.float64(math.exp(r.x[0]) if r.feasible[0] else np.inf)
 
-  lo, hi = math.log(1e-3), math.log(1e4)
-  if eps(math.exp(hi)) > target_epsilon:
-    return np.float64(np.inf)
-  if eps(math.exp(lo)) <= target_epsilon:
-    return np.float64(math.exp(lo))
-  while hi - lo > rtol / 2:
-    mid = 0.5 * (lo + hi)
-    if eps(math.exp(mid)) <= target_epsilon:
-      hi = mid
-    else:
-      lo = mid
-  return np.float64(math.exp(hi))
+
+def _scalar_fits(fits):
+  """A one-problem predicate for :func:`jaxdp._src.core.roots.bisect` from a
+  scalar one (x passed as a Python float)."""
+  return lambda x, idx: np.array([fits(float(v)) for v in np.reshape(x, -1)])
 
 
 def _feasible_start(probe, y, up, tries=8):
@@ -184,17 +180,12 @@ def calibrate_steps(sampler, target_epsilon, delta, sigma, accountant="rdp",
       return np.float64(0.0)
     return _tight_steps(sampler, float(target_epsilon), float(delta), float(sigma), t_rdp,
                         max_steps)
-  if not fits(1):
+  # Galloping from T = 1 (1, 2, 4, ...) up to max_steps, then integer bisection.
+  r = roots.bisect(_scalar_fits(lambda t: fits(int(t))), 1.0, np.inf, tol=1, certified="lower",
+                   split="integer", limit=float(max_steps))
+  if not r.feasible[0]:
     return np.float64(0.0)
-  lo, hi = 1, 2
-  while fits(hi):  # invariant: fits(lo), and hi > lo is the next candidate
-    if hi >= max_steps:
-      return np.float64(np.inf)
-    lo, hi = hi, hi * 2
-  while hi - lo > 1:
-    mid = (lo + hi) // 2
-    lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-  return np.float64(lo)
+  return np.float64(np.inf if r.x[0] >= max_steps else r.x[0])
 
 
 def with_rate(sampler, q=None, batch_size=None):
@@ -247,29 +238,17 @@ def calibrate_sampling_rate(sampler, target_epsilon, delta, sigma, steps, accoun
       return float(epsilon(with_rate(sampler, q=q), sigma, steps, delta, accountant,
                            orders)) <= target_epsilon
 
-    if fits(1.0):
-      return np.float64(1.0)
-    if not fits(min_rate):
-      return np.float64(0.0)
-    lo, hi = math.log(min_rate), 0.0          # fits(e^lo), not fits(e^hi)
-    while hi - lo > rtol / 2:
-      mid = 0.5 * (lo + hi)
-      lo, hi = (mid, hi) if fits(math.exp(mid)) else (lo, mid)
-    return np.float64(math.exp(lo))
+    r = roots.bisect(_scalar_fits(lambda y: fits(math.exp(y))), math.log(min_rate), 0.0,
+                     tol=rtol / 2, certified="lower")
+    return np.float64(math.exp(r.x[0]) if r.feasible[0] else 0.0)
 
   def fits_b(b):
     return float(epsilon(with_rate(sampler, batch_size=b), sigma, steps, delta, accountant,
                          orders)) <= target_epsilon
 
-  if fits_b(n):
-    return np.float64(1.0)
-  if not fits_b(1):
-    return np.float64(0.0)
-  lo, hi = 1, n                                # fits_b(lo), not fits_b(hi)
-  while hi - lo > 1:
-    mid = (lo + hi) // 2
-    lo, hi = (mid, hi) if fits_b(mid) else (lo, mid)
-  return np.float64(lo / n)
+  r = roots.bisect(_scalar_fits(lambda b: fits_b(int(b))), 1.0, float(n), tol=1,
+                   certified="lower", split="integer")
+  return np.float64(r.x[0] / n if r.feasible[0] else 0.0)
 
 
 def _tight_rate(sampler, target, delta, sigma, steps, q_rdp, min_rate, orders):

@@ -55,7 +55,7 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from jaxdp._src.solvers import boundary as _calibrate_boundary
+from jaxdp._src.solvers import boundary_eval as _calibrate_boundary
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.solvers import calibrate as _cal
 from jaxdp._src.kernels import rdp

@@ -39,6 +39,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from jaxdp._src.core import numerics as nx
+from jaxdp._src.core import roots
 from jaxdp._src.mechanisms.registry import poisson_phases
 
 _COARSE_GRID = 1e-2     # pld_general rtol of the probes far from the root
@@ -46,6 +47,7 @@ _SWITCH = 2e-2          # |g| below which the coarse probes stop
 _MAX_COARSE = 6
 _MAX_FINE = 24
 _SECANT_FINE = 6        # fine probes steered by the secant before pure bisection
+_G_INF = 50.0           # g of an infinite ε (δ not certifiable there)
 _MAX_STEPS = 2.0**53
 
 
@@ -133,36 +135,6 @@ def _snap(u, p, yi, yf):
   return y
 
 
-class _FalsePosition:
-  """Sign-change bracket of g (non-increasing in y) with Illinois false position.
-
-  ``a`` is the largest y seen with g > 0, ``b`` the smallest with g <= 0."""
-
-  def __init__(self, b, gb):
-    self.a = self.ga = None
-    self.b, self.gb = b, gb
-    self.kept = None    # which end the last update kept ("a" or "b")
-
-  def add(self, y, g):
-    if g > 0:
-      if self.a is None or y > self.a:
-        self.a, self.ga = y, g
-      if self.kept == "b":
-        self.gb *= 0.5      # Illinois: the end kept twice has its g halved
-      self.kept = "b"
-    else:
-      if y < self.b:
-        self.b, self.gb = y, g
-      if self.kept == "a" and self.ga is not None:
-        self.ga *= 0.5
-      self.kept = "a"
-
-  def false_position(self):
-    if self.a is None or not math.isfinite(self.ga) or not math.isfinite(self.gb):
-      return None
-    return self.a + (self.b - self.a) * self.ga / (self.ga - self.gb)
-
-
 def _solve(u, target, delta, y_feas, slope, rtol, grid_rtol):
   """Smallest feasible y (to rtol), from the feasible start ``y_feas``.
 
@@ -171,18 +143,22 @@ def _solve(u, target, delta, y_feas, slope, rtol, grid_rtol):
   ev = _Evaluator(u, delta, grid_rtol)
   tolx = -math.log1p(-rtol)
   slope = slope if (math.isfinite(slope) and slope < -1e-3) else -1.0
-  yf = y_feas
-  g_inf = 50.0          # g of an infinite ε (δ not certifiable there)
+  root, slope = _coarse_root(ev, u, target, y_feas, slope)
+  yf, yi, certified, seen, slope = _fine(ev, u, target, y_feas, root, slope, tolx)
+  return _close(ev, u, target, yf, yi, certified, seen, slope, tolx, rtol)
 
-  # Coarse phase: secant steps, then Illinois false position once g changes
-  # sign (they do not move the answer's bracket; a coarse grid only steers).
+
+def _coarse_root(ev, u, target, yf, slope):
+  """Coarse phase of :func:`_solve`: secant steps, then Illinois false
+  position once g changes sign (they do not move the answer's bracket; a
+  coarse grid only steers). Returns (root estimate, slope)."""
   y = yf
   br, last = None, None
   for _ in range(_MAX_COARSE):
     e = ev.upper(y, _COARSE_GRID)
-    g = _g(e, target) if math.isfinite(e) else g_inf
+    g = _g(e, target) if math.isfinite(e) else _G_INF
     if br is None:
-      br = _FalsePosition(y, g) if g <= 0 else None
+      br = roots.Illinois(y, g) if g <= 0 else None
       if br is None:       # the PLD is no tighter than RDP here: the answer is at the start
         break
     else:
@@ -201,41 +177,46 @@ def _solve(u, target, delta, y_feas, slope, rtol, grid_rtol):
         break
     y = nxt
   if last is None or br is None:
-    root = yf
-  else:
-    root = last[0] - last[1] / slope
-    fp = br.false_position()
-    if br.a is not None and not br.a < root < br.b and fp is not None:
-      root = fp
-    root = min(max(root, u.y_lo), yf)
+    return yf, slope
+  root = last[0] - last[1] / slope
+  fp = br.false_position()
+  if br.a is not None and not br.a < root < br.b and fp is not None:
+    root = fp
+  return min(max(root, u.y_lo), yf), slope
 
-  # Fine phase (the grid jaxdp epsilon uses): only these probes move the
-  # answer's bracket (yi, yf). Probes steered e^{±0.45·rtol} around the
-  # secant root; safeguarded false position (or halving) when that fails.
+
+def _fine_probe(k, u, yi, yf, root, tolx, g_at):
+  """The next fine probe of :func:`_fine` and whether it is expected
+  infeasible: e^{±0.45·rtol} around the secant root for the first
+  ``_SECANT_FINE`` probes; then safeguarded false position, or halving, or
+  (no infeasible end yet) widening steps down."""
+  a = u.y_lo if yi is None else yi
+  if k < _SECANT_FINE and a < root < yf:
+    below = yi is None or yf - root <= 0.45 * tolx * 1.01
+    p = root - 0.45 * tolx if below else root + 0.45 * tolx
+    if yi is not None:   # strictly inside the bracket
+      p = min(max(p, yi + 0.01 * (yf - yi)), yf - 0.01 * (yf - yi))
+    return min(p, yf - 0.01 * tolx), below
+  fp = None   # false position between the bracket's ends, kept off them by 5%
+  if yi in g_at and yf in g_at and math.isfinite(g_at[yi] - g_at[yf]):
+    fp = yi + (yf - yi) * g_at[yi] / (g_at[yi] - g_at[yf])
+  if fp is not None and yi + 0.05 * (yf - yi) < fp < yf - 0.05 * (yf - yi):
+    return fp, False
+  if yi is not None:
+    return 0.5 * (yi + yf), False
+  return max(yf - 8 * tolx * 4.0**k, u.y_lo), False   # widening steps down
+
+
+def _fine(ev, u, target, yf, root, slope, tolx):
+  """Fine phase of :func:`_solve` (the grid jaxdp epsilon uses): only these
+  probes move the answer's bracket (yi, yf). Returns (yf, yi, certified,
+  seen, slope)."""
   yi, last, certified, seen = None, None, None, None
   g_at = {}            # g of the fine probes, by y
   for k in range(_MAX_FINE):
     if yi is not None and yf - yi <= tolx:
       break
-    a = u.y_lo if yi is None else yi
-    steer = k < _SECANT_FINE and a < root < yf
-    if steer:
-      below = yi is None or yf - root <= 0.45 * tolx * 1.01
-      p = root - 0.45 * tolx if below else root + 0.45 * tolx
-      if yi is not None:   # strictly inside the bracket
-        p = min(max(p, yi + 0.01 * (yf - yi)), yf - 0.01 * (yf - yi))
-      p = min(p, yf - 0.01 * tolx)
-    else:
-      below = False
-      fp = None   # false position between the bracket's ends, kept off them by 5%
-      if yi in g_at and yf in g_at and math.isfinite(g_at[yi] - g_at[yf]):
-        fp = yi + (yf - yi) * g_at[yi] / (g_at[yi] - g_at[yf])
-      if fp is not None and yi + 0.05 * (yf - yi) < fp < yf - 0.05 * (yf - yi):
-        p = fp
-      elif yi is not None:
-        p = 0.5 * (yi + yf)
-      else:                  # widening steps down while no infeasible end is known
-        p = max(yf - 8 * tolx * 4.0**k, u.y_lo)
+    p, below = _fine_probe(k, u, yi, yf, root, tolx, g_at)
     p = _snap(u, p, yi, yf)
     if p is None:          # no evaluable point left inside the bracket
       break
@@ -244,7 +225,7 @@ def _solve(u, target, delta, y_feas, slope, rtol, grid_rtol):
       seen = (p, e_lo)
     else:
       e_lo, e = 0.0, ev.upper(p)
-    g = _g(e, target) if math.isfinite(e) else g_inf
+    g = _g(e, target) if math.isfinite(e) else _G_INF
     g_at[p] = g
     if e <= target:
       yf = p
@@ -260,11 +241,17 @@ def _solve(u, target, delta, y_feas, slope, rtol, grid_rtol):
       root = p - g / slope
     if yi is None and p <= u.y_lo:
       break                # feasible down to the end of the range
+  return yf, yi, certified, seen, slope
+
+
+def _close(ev, u, target, yf, yi, certified, seen, slope, tolx, rtol):
+  """The end of :func:`_solve`: warns where the bracket did not close, and
+  certifies an end of the exact answer's interval where no probe did."""
   closed = (yi is not None and (yf - yi <= tolx or _snap(u, 0.5 * (yi + yf), yi, yf) is None)
             or yf <= u.y_lo)
   if not closed:
     warnings.warn(f"tight calibration: the bracket did not close to rtol {rtol:g}; the answer "
-                  "meets the target but may be looser.", RuntimeWarning, stacklevel=3)
+                  "meets the target but may be looser.", RuntimeWarning, stacklevel=4)
   if certified is None and yf > u.y_lo:
     start = yf if yi is None else yi
     hint = None
@@ -279,7 +266,7 @@ def _solve(u, target, delta, y_feas, slope, rtol, grid_rtol):
 
 def _rdp_slope(q, sigma, steps, delta, dq=1.0, ds=1.0, dt=1.0):
   """d log ε_RDP between the configuration and one scaled by (dq, ds, dt) (host)."""
-  from jaxdp._src.solvers import boundary as _calibrate_boundary  # pylint: disable=g-import-not-at-top
+  from jaxdp._src.solvers import boundary_eval as _calibrate_boundary  # pylint: disable=g-import-not-at-top
   e0, e1 = _calibrate_boundary._host_epsilon(  # pylint: disable=protected-access
       np.array([q, min(q * dq, 1.0)]), np.array([sigma, sigma * ds]),
       np.array([steps, steps * dt]), np.full(2, delta))
