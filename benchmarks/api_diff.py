@@ -378,7 +378,8 @@ def surface_samplers(jaxdp, R, D, ctx):
     sig, steps, dlt = D.f(D.sigma(1, 0.8, 3.0)[0]), int(D.steps(1, 20, 300)[0]), 1e-5
     R.ask(s, "jaxdp.epsilon", jaxdp.epsilon, smp, sig, steps, dlt)
     R.ask(s, "jaxdp.epsilon", jaxdp.epsilon, smp, sig, steps, dlt, accountant="pld")
-    R.ask(s, "jaxdp.delta", jaxdp.delta, smp, sig, steps, 2.0)
+    if not isinstance(smp, jaxdp.sampling.BallsInBinsSampler):  # ~10 s more compilation
+      R.ask(s, "jaxdp.delta", jaxdp.delta, smp, sig, steps, 2.0)
 
 
 def surface_rdp(jaxdp, R, D, ctx):
@@ -562,8 +563,8 @@ def surface_accountant(jaxdp, R, D, ctx):
   for acc_name, ctor, kw, ev_idx in (
       # composing an event compiles per event kind (5-40 s for the sampled ones): the
       # cheap kinds here; every kind's RDP is asked through event_rdp above
-      ("rdp", A.rdp, {}, (0, 2, 4, 5, 6, 7, 8, 10, 16)),
-      ("rdp", A.rdp, {"orders": list(ords)}, (0, 2)),
+      ("rdp", A.rdp, {}, (0, 2, 5, 8, 10, 16)),
+      ("rdp", A.rdp, {"orders": list(ords)}, (0,)),
       ("cdp", A.cdp, {}, (0, 1, 5, 8, 10)),
       ("pld", A.pld, {}, (0, 2, 4, 6, 10))):
     def run(ctor=ctor, kw=kw, ev_idx=ev_idx, acc_name=acc_name):
@@ -587,7 +588,7 @@ def surface_accountant(jaxdp, R, D, ctx):
   def sched():
     acc = A.rdp()
     st = acc.init()
-    for i, c in ((2, 100), (4, 3), (6, 10), (2, 50)):
+    for i, c in ((2, 100), (5, 3), (8, 10), (2, 50)):
       st = acc.compose(st, evs[i], count=c)
     return acc.epsilon(st, np.array([1e-5, 1e-9])), acc.delta(st, np.array([1.0, 3.0]))
   R.ask(s, "jaxdp.accountant.rdp() schedule", sched, nq=4)
@@ -663,12 +664,8 @@ def surface_calibrate(jaxdp, R, D, ctx):
         kind="calibration", calib=_analytic_calib(jaxdp, e, dl))
   R.ask(s, "jaxdp.calibrate.differentiable_epsilon", C.differentiable_epsilon,
         D.q(ARR, False), D.sigma(ARR), D.steps(ARR), 1e-5)
-  t = D.eps(4, 0.5, 8.0)
-  q, T = D.loguniform(1e-3, 0.1, 4), D.steps(4, 10, 1e4)
-  R.ask(s, "jaxdp.calibrate.solve_sigma", C.solve_sigma, t, 1e-5, q, T, kind="calibration",
-        calib=_sigma_calib(jaxdp, t, 1e-5, q, T, "rdp", 1e-6))
-  R.ask(s, "jaxdp.calibrate.optimize_dpsgd", C.optimize_dpsgd, 10000, 5, 3.0, 1e-5,
-        num_iterations=5, kind="other")
+  # not asked, to keep a run within 6 minutes on 2 cores: calibrate.solve_sigma (~20 s of
+  # compilation) and calibrate.optimize_dpsgd (~45 s)
 
 
 def _sigma_calib(jaxdp, t, dl, q, T, acc, rtol):
@@ -762,8 +759,6 @@ def surface_tuning(jaxdp, R, D, ctx):
   curve = np.asarray(jaxdp.rdp.dpsgd_rdp(0.01, 1.1, 1000, ords), np.float64)
   for mean, sh in ((10.0, 0.0), (5.0, 0.5)):
     R.ask(s, "jaxdp.tuning.repeat_and_select_rdp", T_.repeat_and_select_rdp, curve, ords, mean, sh)
-  R.ask(s, "jaxdp.tuning.repeat_and_select_event_rdp", T_.repeat_and_select_event_rdp,
-        jaxdp.events.SampledGaussian(0.01, 1.1), ords, 10.0, 1.0, count=1000)
   for mean, sh in ((10.0, 0.0), (3.0, 2.0)):
     R.ask(s, "jaxdp.tuning.epsilon", T_.epsilon, jaxdp.events.SampledGaussian(0.01, 1.1), 1000,
           1e-5, mean, sh, nq=2)
@@ -809,8 +804,8 @@ def surface_rdp_samplers(jaxdp, R, D, ctx):
         1000, 50, 1.2, alpha)
   R.ask(s, "jaxdp.rdp_samplers.without_replacement_gaussian", RS.without_replacement_gaussian,
         1000, 50, 1.2, alpha, relation="add_remove")
-  R.ask(s, "jaxdp.rdp_samplers.truncated_poisson_gaussian", RS.truncated_poisson_gaussian,
-        1000, 0.05, 80, 1.2, alpha)
+  # truncated_poisson_gaussian (~11 s of compilation) is asked through jaxdp.epsilon's
+  # sampling.poisson(1000, 0.05, 80) above
   R.ask(s, "jaxdp.rdp_samplers.truncated_poisson_pair", RS.truncated_poisson_pair, 1000, 0.05,
         80, nq=1)
   R.ask(s, "jaxdp.rdp_samplers.balls_in_bins_gaussian_epoch", RS.balls_in_bins_gaussian_epoch,
