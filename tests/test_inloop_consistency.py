@@ -104,7 +104,7 @@ def test_refined_conversion_brackets_the_true_minimum(rho, delta):
   """Chord refinement: true min ≤ refined ≤ grid min (Gaussian, exact RDP)."""
   o = np.asarray(rdp.DEFAULT_ORDERS)
   curve = rho * o
-  grid = float(rdp_convert._to_epsilon(curve, o, delta, "improved", xp=np)[0])
+  grid = float(rdp_convert.to_epsilon_xp(curve, o, delta, "improved", xp=np)[0])
   refined = float(rdp.to_epsilon_refined(curve, o, delta, xp=np))
   d = float(rdp.to_delta_refined(curve, o, refined, xp=np))
   truth = _gaussian_true_min(rho, delta)

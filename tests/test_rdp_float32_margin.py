@@ -53,7 +53,7 @@ def test_float32_function_accuracy_assumption():
   cases = {
       "exp": [(jnp.exp, np.exp, _sample(-87.0, 88.0, n, 3))],
       "log": [(jnp.log, np.log, np.concatenate([_pow10(-37.9, 38, n, 4), _sample(0.5, 2.0, n, 5)]))],
-      # The float32 quadrature uses XLA's log1p primitive (rdp_quadrature._log1p), not the
+      # The float32 quadrature uses XLA's log1p primitive (rdp_quadrature.quadrature_log1p), not the
       # compensated nx.log1p, whose correction a compiled program can lose.
       "log1p": [(jnp.log1p, np.log1p, np.concatenate([small, _pow10(0, 30, n, 6)]))],
       "expm1": [(jnp.expm1, np.expm1, np.concatenate([_sample(-87.0, 88.0, n, 7), small]))],

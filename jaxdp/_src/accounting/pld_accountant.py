@@ -297,10 +297,10 @@ def _rdp_grid_bound(phases, values, want_epsilon):
     total = (counts[:, None] * _host_rdp.per_step_rdp(q, sigma, orders)).sum(axis=0)
     total = np.broadcast_to(total, (values.size, orders.size))
     if want_epsilon:
-      out = rdp_convert._to_epsilon(total, orders, values, "improved", np)[0]  # pylint: disable=protected-access
+      out = rdp_convert.to_epsilon_xp(total, orders, values, "improved", np)[0]  # pylint: disable=protected-access
     else:
       from jaxdp._src.kernels import rdp_driver  # pylint: disable=g-import-not-at-top
-      out = rdp_convert._to_delta(total, orders, values, np)  # pylint: disable=protected-access
+      out = rdp_convert.to_delta_xp(total, orders, values, np)  # pylint: disable=protected-access
       out = rdp_driver.delta_floor(out, np.ones(values.shape), np.ones(values.shape), values)
   out = np.asarray(out, np.float64)
   return np.where(np.isnan(out), np.inf, out)

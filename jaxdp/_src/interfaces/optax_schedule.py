@@ -71,7 +71,7 @@ def _poisson_table(q: float, sigma: float):
   def rdp_at(alpha):
     with _numerics.x64():
       return np.asarray(_rdp.quadrature_rdp(np.float64(q), np.float64(sigma), alpha,
-                                            _quad._NODES_PER_WINDOW, xp=np),  # pylint: disable=protected-access
+                                            _quad.NODES_PER_WINDOW, xp=np),  # pylint: disable=protected-access
                         np.float64)
 
   orders = np.asarray(_fine_orders(), np.float64)
@@ -203,8 +203,8 @@ def _table_epsilon(schedule, name, charges, delta, dtype):
   if orders.size > len(_rdp.DEFAULT_ORDERS):   # the every-real-order table
     eps = _rdp.to_epsilon_refined(total, orders, delta)
   else:   # the host's grid answer (its per-order values carry their rounding)
-    per = _convert._epsilon_per_order(total, orders, delta, "improved")[0]  # pylint: disable=protected-access
-    eps = jnp.maximum(jnp.min(per, axis=-1), 0.0) * _convert._readout_margin(dtype)  # pylint: disable=protected-access
+    per = _convert.epsilon_per_order(total, orders, delta, "improved")[0]  # pylint: disable=protected-access
+    eps = jnp.maximum(jnp.min(per, axis=-1), 0.0) * _convert.readout_margin(dtype)  # pylint: disable=protected-access
   return _accountant._round_up(eps)  # pylint: disable=protected-access
 
 

@@ -183,8 +183,8 @@ def _lse(x, axis=-1):
 
 def _bisect(f, lo, hi, iters):
   """Root of f with f(lo) > 0 > f(hi), vectorised (signs only): the midpoint
-  of :func:`jaxdp._src.kernels.rdp_quadrature._bisect`'s final bracket."""
-  lo, hi = _rdp_quadrature._bisect(f, lo, hi, iters)  # pylint: disable=protected-access
+  of :func:`jaxdp._src.kernels.rdp_quadrature.bisect_bracket`'s final bracket."""
+  lo, hi = _rdp_quadrature.bisect_bracket(f, lo, hi, iters)  # pylint: disable=protected-access
   return 0.5 * (lo + hi)
 
 

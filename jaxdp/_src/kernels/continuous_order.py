@@ -49,8 +49,8 @@ def _value(kind, method, nodes, q, sigma, steps, x, alpha, xp=jnp):
   per = rdp.quadrature_rdp(q, sigma, alpha, nodes, xp)
   total = (steps * per)[:, None]
   if kind == "epsilon":
-    return rdp_convert._to_epsilon(total, alpha[:, None], x, method, xp)[0]
-  return rdp_convert._to_delta(total, alpha[:, None], x, xp)
+    return rdp_convert.to_epsilon_xp(total, alpha[:, None], x, method, xp)[0]
+  return rdp_convert.to_delta_xp(total, alpha[:, None], x, xp)
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "method", "nodes", "iterations",
@@ -159,7 +159,7 @@ def refine(kind, method, nodes, grid_value, orders, best_index, q, sigma, steps,
 
 
 def minimum_over_all_orders(kind, method, q, sigma, steps, x, *,
-                            nodes=rdp_quadrature._NODES_PER_WINDOW):
+                            nodes=rdp_quadrature.NODES_PER_WINDOW):
   """Jittable: the grid minimum over ``DEFAULT_ORDERS`` refined by
   :func:`golden_minimum` (what the host path computes, in one traced program;
   used by the sharded sweep kernels).
@@ -178,10 +178,10 @@ def minimum_over_all_orders(kind, method, q, sigma, steps, x, *,
   o = jnp.asarray(orders, total.dtype)
   if kind == "epsilon":
     grid_value = rdp.to_epsilon(total, o, x, method)[0]
-    per_order = rdp_convert._epsilon_per_order(total, o, x, method)[0]
+    per_order = rdp_convert.epsilon_per_order(total, o, x, method)[0]
   else:
     grid_value = rdp.to_delta(total, o, x)
-    per_order = rdp_convert._log_delta_per_order(total, o, x)[0]
+    per_order = rdp_convert.log_delta_per_order(total, o, x)[0]
   k = jnp.argmin(per_order, axis=-1)
   lo = jnp.where(k > 0, o[jnp.maximum(k - 1, 0)], 1.0 + (o[0] - 1.0) / 4.0)
   hi = jnp.where(k < o.size - 1, o[jnp.minimum(k + 1, o.size - 1)], 2.0 * o[-1])

@@ -93,7 +93,7 @@ def _rdp_at(q, sigma, orders, nodes, by_quadrature):
   if by_quadrature:
     return rdp.quadrature_rdp(q[:, None], sigma[:, None], orders[None, :], nodes, np)
   qq, ss, log_q, log_1mq, _ = rdp._prep(q, sigma, np)
-  log_am1 = rdp_binomial._log_a_minus_1_binomial(log_q, log_1mq, ss, orders, np)
+  log_am1 = rdp_binomial.log_a_minus_1_binomial(log_q, log_1mq, ss, orders, np)
   return rdp._finish(log_am1, qq[:, None], ss[:, None], orders[None, :], True, nodes, np)
 
 
@@ -118,11 +118,11 @@ def minimum_over_all_orders(kind, method, q, sigma, steps, x, nodes, with_order=
   with np.errstate(all="ignore"):
     total = steps[:, None] * grid_rdp(q, sigma, orders, nodes)
     if kind == "epsilon":
-      grid_value = rdp_convert._to_epsilon(total, orders, x, method, np)[0]
-      per_order = rdp_convert._epsilon_per_order(total, orders, x, method, np)[0]
+      grid_value = rdp_convert.to_epsilon_xp(total, orders, x, method, np)[0]
+      per_order = rdp_convert.epsilon_per_order(total, orders, x, method, np)[0]
     else:
-      grid_value = rdp_convert._to_delta(total, orders, x, np)
-      per_order = rdp_convert._log_delta_per_order(total, orders, x, np)[0]
+      grid_value = rdp_convert.to_delta_xp(total, orders, x, np)
+      per_order = rdp_convert.log_delta_per_order(total, orders, x, np)[0]
     best = np.argmin(per_order, axis=1)
     return _continuous_order.refine(kind, method, nodes, grid_value, orders, best, q, sigma,
                                     steps, x, with_order=with_order, xp=np)
@@ -152,11 +152,11 @@ def small_order_ceiling(kind, q, sigma, steps, x):
     float64 NumPy array of the values.
   """
   with np.errstate(all="ignore"):
-    total = steps[:, None] * _rdp_at(q, sigma, _SMALL_ORDERS, rdp_quadrature._NODES_PER_WINDOW,
+    total = steps[:, None] * _rdp_at(q, sigma, _SMALL_ORDERS, rdp_quadrature.NODES_PER_WINDOW,
                                      False)
     if kind == "epsilon":
-      return rdp_convert._to_epsilon(total, _SMALL_ORDERS, x, "improved", np)[0]
-    return rdp_convert._to_delta(total, _SMALL_ORDERS, x, np)
+      return rdp_convert.to_epsilon_xp(total, _SMALL_ORDERS, x, "improved", np)[0]
+    return rdp_convert.to_delta_xp(total, _SMALL_ORDERS, x, np)
 
 
 def epsilon_floor(q, sigma, steps, delta):
@@ -187,7 +187,7 @@ def epsilon_floor(q, sigma, steps, delta):
   """
   k = _SMALL_ORDERS                                                   # 2, 3, ..., 64
   with np.errstate(all="ignore"):
-    rdp_k = steps[:, None] * _rdp_at(q, sigma, k, rdp_quadrature._NODES_PER_WINDOW, False)
+    rdp_k = steps[:, None] * _rdp_at(q, sigma, k, rdp_quadrature.NODES_PER_WINDOW, False)
     rdp_k = np.where(np.isnan(rdp_k), 0.0, rdp_k) * (1.0 - 1e-9)
     g = (k - 1.0) * rdp_k                                             # T·g at the orders
     nld = -np.log(delta)[:, None]

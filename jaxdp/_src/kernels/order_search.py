@@ -111,8 +111,8 @@ def plan(orders_key: Optional[tuple]) -> Optional[_Plan]:
 def _objective(total_rdp, orders, x, kind, method):
   """Per-order ε (kind "epsilon") or log δ (kind "delta"); monotone in rdp."""
   if kind == "epsilon":
-    return rdp_convert._epsilon_per_order(total_rdp, orders, x, method)[0]
-  return rdp_convert._log_delta_per_order(total_rdp, orders, x)[0]
+    return rdp_convert.epsilon_per_order(total_rdp, orders, x, method)[0]
+  return rdp_convert.log_delta_per_order(total_rdp, orders, x)[0]
 
 
 def _neighbours(known):
@@ -254,8 +254,8 @@ def _exact_pairs(q, sigma, index, *, orders):
   """Per-step RDP at one integer order per element (exact binomial sum)."""
   q, sigma, log_q, log_1mq, dtype = rdp._prep(q, sigma)
   coef, rest, coef_err = (jnp.asarray(t, dtype)[index]
-                          for t in rdp_binomial._binomial_tables(np.asarray(orders)))
-  log_am1 = rdp_binomial._binomial_lse(log_q[:, None], log_1mq[:, None], sigma[:, None], coef, rest,
+                          for t in rdp_binomial.binomial_tables(np.asarray(orders)))
+  log_am1 = rdp_binomial.binomial_lse(log_q[:, None], log_1mq[:, None], sigma[:, None], coef, rest,
                               coef_err=coef_err)
   alpha = jnp.asarray(orders, dtype)[index]
   return rdp._finish(log_am1, q, sigma, alpha, exact=True)

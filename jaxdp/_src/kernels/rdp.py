@@ -42,14 +42,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp._src.core import numerics as nx
-from jaxdp._src.kernels.rdp_binomial import (_log_a_minus_1_binomial,
-                                             _log_a_minus_1_binomial_elementwise)
+from jaxdp._src.kernels.rdp_binomial import (log_a_minus_1_binomial,
+                                             log_a_minus_1_binomial_elementwise)
 from jaxdp._src.kernels.rdp_common import result_float_dtype, safety_factor
 from jaxdp._src.kernels.rdp_convert import (to_delta, to_delta_refined, to_epsilon,
                                             to_epsilon_refined)
-from jaxdp._src.kernels.rdp_quadrature import (_NODES_PER_WINDOW, _log1p,
-                                               _log_a_minus_1_quadrature,
-                                               _log_a_minus_1_quadrature_impl)
+from jaxdp._src.kernels.rdp_quadrature import (NODES_PER_WINDOW, quadrature_log1p,
+                                               log_a_minus_1_quadrature,
+                                               log_a_minus_1_quadrature_impl)
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -100,7 +100,7 @@ def _quadrature_safety(sigma, exact, dtype, nodes, xp=jnp):
   σ ≥ 0.5 (a blunt 1e-3 allowance guards any other use). Integer orders
   (exact sums) only get the rounding factor."""
   base = safety_factor(dtype)
-  if nodes >= _NODES_PER_WINDOW:
+  if nodes >= NODES_PER_WINDOW:
     extra = xp.where(sigma >= 0.3, 0.0, xp.where(sigma >= 0.2, 2e-7, 5e-6))
   else:
     extra = xp.where(sigma >= 0.5, 0.0, 1e-3)
@@ -113,7 +113,7 @@ def _exact_orders(alpha_np):
       alpha_np <= _MAX_BINOMIAL_ORDER)
 
 
-def _finish(log_am1, q, sigma, alpha, exact=False, nodes=_NODES_PER_WINDOW, xp=jnp):
+def _finish(log_am1, q, sigma, alpha, exact=False, nodes=NODES_PER_WINDOW, xp=jnp):
   """RDP from log(A_α - 1), with the exact special cases and safety factor."""
   dtype = log_am1.dtype
   beta = alpha - 1.0
@@ -137,7 +137,7 @@ def _prep(q, sigma, xp=jnp):
   qs = xp.clip(q, 0.0, 1.0)
   log_q = nx.safe_log(qs, xp)
   log_1mq = nx.safe_log(1.0 - qs, xp)
-  log_1mq = xp.where(qs < 0.5, _log1p(-xp.minimum(qs, 0.5), xp), log_1mq)
+  log_1mq = xp.where(qs < 0.5, quadrature_log1p(-xp.minimum(qs, 0.5), xp), log_1mq)
   return q, sigma, log_q, log_1mq, dtype
 
 
@@ -190,7 +190,7 @@ def _nodes_for(sigma) -> int:
     s = np.asarray(sigma)
     if s.size and np.all(s >= 0.5):
       return _NODES_WIDE
-  return _NODES_PER_WINDOW
+  return NODES_PER_WINDOW
 
 
 @functools.lru_cache(maxsize=128)
@@ -223,7 +223,7 @@ def quadrature_rdp(q, sigma, alpha, nodes, xp=jnp):
   """
   q, sigma, log_q, log_1mq, dtype = _prep(q, sigma, xp)
   alpha = xp.asarray(alpha).astype(dtype)
-  log_am1 = _log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes, xp)
+  log_am1 = log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes, xp)
   return _finish(log_am1, q, sigma, alpha, nodes=nodes, xp=xp)
 
 
@@ -266,14 +266,14 @@ def _sampled_gaussian_static(q, sigma, log_q, log_1mq, alpha_np, dtype, nodes):
     a = jnp.asarray(alpha_full[pos], dtype)
     kmax = int(alpha_full[pos].max())
     per = max(1, _CHUNK_TERMS // kmax)
-    fn = lambda x, kmax=kmax: _log_a_minus_1_binomial_elementwise(*x, kmax)
+    fn = lambda x, kmax=kmax: log_a_minus_1_binomial_elementwise(*x, kmax)
     pieces.append(_map_rows(fn, (lqf[pos], l1f[pos], sf[pos], a), pos.size, per))
     positions.append(pos)
   pos = np.nonzero(~exact)[0]
   if pos.size:
     a = jnp.asarray(np.where(np.isfinite(alpha_full[pos]) & (alpha_full[pos] > 1), alpha_full[pos], 2.0), dtype)
     per = max(1, _CHUNK_TERMS // (2 * nodes))
-    pieces.append(_map_rows(lambda x: _log_a_minus_1_quadrature(*x, nodes=nodes), (lqf[pos], l1f[pos], sf[pos], a),
+    pieces.append(_map_rows(lambda x: log_a_minus_1_quadrature(*x, nodes=nodes), (lqf[pos], l1f[pos], sf[pos], a),
                             pos.size, per))
     positions.append(pos)
   perm = np.empty(alpha_full.size, dtype=np.int64)
@@ -329,7 +329,7 @@ def _orders_impl(lq, l1, s, orders, nodes):
   for sel in _integer_buckets(orders):
     bucket = orders[sel].astype(np.int64)
     per = max(1, _CHUNK_TERMS_BINOMIAL // (int(bucket.max()) * sel.size))
-    fn = lambda x, bucket=bucket: _log_a_minus_1_binomial(*x, bucket)
+    fn = lambda x, bucket=bucket: log_a_minus_1_binomial(*x, bucket)
     res = _map_rows(fn, (lq, l1, s), n, per)
     for j, i in enumerate(sel):
       out[i] = res[:, j]
@@ -337,7 +337,7 @@ def _orders_impl(lq, l1, s, orders, nodes):
   if frac.size:
     a = jnp.asarray(np.where(np.isfinite(orders[frac]), orders[frac], 2.0), dtype)
     per = max(1, _CHUNK_TERMS // (2 * nodes * frac.size))
-    fn = lambda x: _log_a_minus_1_quadrature(x[0][:, None], x[1][:, None], x[2][:, None], a[None, :],
+    fn = lambda x: log_a_minus_1_quadrature(x[0][:, None], x[1][:, None], x[2][:, None], a[None, :],
                                              nodes=nodes)
     res = _map_rows(fn, (lq, l1, s), n, per)
     for j, i in enumerate(frac):

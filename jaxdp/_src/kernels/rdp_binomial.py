@@ -24,7 +24,7 @@ from jaxdp._src.kernels.rdp_common import log_sum_exp
 # --------------------------------------------------------------------------
 
 
-def _log_a_minus_1_binomial(log_q, log_1mq, sigma, orders, xp=jnp):
+def log_a_minus_1_binomial(log_q, log_1mq, sigma, orders, xp=jnp):
   """log(A_α - 1) for a bucket of integer orders α ≥ 2 by the exact binomial sum.
 
   A_α - 1 = Σ_{k=2}^{α} C(α,k) (1-q)^{α-k} q^k (exp((k²-k)/(2σ²)) - 1):
@@ -40,14 +40,14 @@ def _log_a_minus_1_binomial(log_q, log_1mq, sigma, orders, xp=jnp):
   Returns:
     Shape (E, m).
   """
-  coef, rest, coef_err = _binomial_tables(orders)
+  coef, rest, coef_err = binomial_tables(orders)
   dtype = log_q.dtype
-  return _binomial_lse(log_q[:, None, None], log_1mq[:, None, None], sigma[:, None, None],
+  return binomial_lse(log_q[:, None, None], log_1mq[:, None, None], sigma[:, None, None],
                        xp.asarray(coef, dtype), xp.asarray(rest, dtype), xp,
                        xp.asarray(coef_err, dtype))
 
 
-def _binomial_tables(orders):
+def binomial_tables(orders):
   """Static log C(α, k) and α - k for k = 2..max(orders), -inf / 0 past each α.
 
   Returns:
@@ -71,7 +71,7 @@ def _binomial_tables(orders):
   return coef, np.where(valid, a_np - k_np, 0.0), np.where(valid, err, 0.0)
 
 
-def _log_binomial(n, k):
+def log_binomial(n, k):
   """log C(n, k) by log-gammas in the caller's dtype, and its error bound.
 
   Returns:
@@ -94,10 +94,10 @@ def _log_binomial_error(log_gammas, eps):
   return 6.0 * eps * log_gammas
 
 
-def _binomial_lse(log_q, log_1mq, sigma, coef, rest, xp=jnp, coef_err=0.0):
+def binomial_lse(log_q, log_1mq, sigma, coef, rest, xp=jnp, coef_err=0.0):
   """log Σ_k exp(coef_k + rest_k·log(1-q) + k·log q + log(exp((k²-k)/(2σ²)) - 1)).
 
-  ``coef``, ``rest`` and ``coef_err`` (the tables of :func:`_binomial_tables`)
+  ``coef``, ``rest`` and ``coef_err`` (the tables of :func:`binomial_tables`)
   carry k = 2, 3, … on their last axis; the other arguments broadcast
   against them.
   """
@@ -128,8 +128,8 @@ def _binomial_terms(log_q, log_1mq, sigma, coef, rest, k, xp=jnp, coef_err=0.0):
   return terms + nx.rounding_allowance(scale, terms, xp) + coef_err
 
 
-def _log_a_minus_1_binomial_elementwise(log_q, log_1mq, sigma, alpha, kmax: int):
-  """As :func:`_log_a_minus_1_binomial` with one integer order per element.
+def log_a_minus_1_binomial_elementwise(log_q, log_1mq, sigma, alpha, kmax: int):
+  """As :func:`log_a_minus_1_binomial` with one integer order per element.
 
   Args:
     log_q, log_1mq, sigma, alpha: shape (E,).
@@ -140,7 +140,7 @@ def _log_a_minus_1_binomial_elementwise(log_q, log_1mq, sigma, alpha, kmax: int)
   a = alpha[:, None]
   valid = k <= a
   rest = jnp.where(valid, a - k, 0.0)
-  coef, coef_err = _log_binomial(a, k)
+  coef, coef_err = log_binomial(a, k)
   terms = _binomial_terms(log_q[:, None], log_1mq[:, None], sigma[:, None], coef, rest, k,
                           coef_err=coef_err)
   return log_sum_exp(jnp.where(valid, terms, -jnp.inf), axis=-1)

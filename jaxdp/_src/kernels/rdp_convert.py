@@ -32,7 +32,7 @@ def _conversion_inputs(rdp, orders, target, xp=jnp):
           dtype)
 
 
-def _epsilon_per_order(rdp, orders, delta, method, xp=jnp):
+def epsilon_per_order(rdp, orders, delta, method, xp=jnp):
   """ε(α) of :func:`to_epsilon` before the minimum (non-decreasing in ``rdp``)."""
   rdp, orders, delta, dtype = _conversion_inputs(rdp, orders, delta, xp)
   am1 = orders - 1.0
@@ -66,7 +66,7 @@ def _epsilon_per_order(rdp, orders, delta, method, xp=jnp):
   return xp.where(xp.isnan(eps), xp.inf, eps), orders, dtype
 
 
-def _log_delta_per_order(rdp, orders, epsilon, xp=jnp):
+def log_delta_per_order(rdp, orders, epsilon, xp=jnp):
   """log δ(α) of :func:`to_delta` before the minimum (non-decreasing in ``rdp``)."""
   rdp, orders, epsilon, dtype = _conversion_inputs(rdp, orders, epsilon, xp)
   log_kl = 0.5 * nx.log1mexp(xp.maximum(rdp, 0.0), xp)
@@ -96,12 +96,12 @@ def to_epsilon(rdp, orders, delta, method: str = "improved") -> Tuple[jax.Array,
   Returns:
     ``(epsilon, best_order)`` with the shape of ``rdp[..., 0]``.
   """
-  return _to_epsilon(rdp, orders, delta, method)
+  return to_epsilon_xp(rdp, orders, delta, method)
 
 
-def _to_epsilon(rdp, orders, delta, method, xp=jnp):
+def to_epsilon_xp(rdp, orders, delta, method, xp=jnp):
   """:func:`to_epsilon` on either array namespace (``jnp`` or ``numpy``)."""
-  eps, orders, dtype = _epsilon_per_order(rdp, orders, delta, method, xp)
+  eps, orders, dtype = epsilon_per_order(rdp, orders, delta, method, xp)
   idx = xp.argmin(eps, axis=-1)
   best = xp.take_along_axis(eps, idx[..., None], axis=-1)[..., 0]
   best_order = xp.broadcast_to(orders, eps.shape)
@@ -130,12 +130,12 @@ def to_delta(rdp, orders, epsilon) -> jax.Array:
   Returns:
     δ with the shape of ``rdp[..., 0]``.
   """
-  return _to_delta(rdp, orders, epsilon)
+  return to_delta_xp(rdp, orders, epsilon)
 
 
-def _to_delta(rdp, orders, epsilon, xp=jnp):
+def to_delta_xp(rdp, orders, epsilon, xp=jnp):
   """:func:`to_delta` on either array namespace (``jnp`` or ``numpy``)."""
-  log_d, dtype = _log_delta_per_order(rdp, orders, epsilon, xp)
+  log_d, dtype = log_delta_per_order(rdp, orders, epsilon, xp)
   best = xp.min(log_d, axis=-1)
   return xp.minimum(xp.exp(best) * safety_factor(dtype), 1.0)
 
@@ -165,7 +165,7 @@ def _to_delta(rdp, orders, epsilon, xp=jnp):
 _CHORD_ULPS = 16.0
 
 
-def _readout_margin(dtype) -> float:
+def readout_margin(dtype) -> float:
   """Final upward factor of the refined read-outs: 16 ulps, and in float64
   the 4e-12 that :func:`to_epsilon` also applies (the same number where both
   pick the same order); float32 keeps 16 ulps (2e-6), not 256 (3e-5)."""
@@ -214,7 +214,7 @@ def to_epsilon_refined(rdp, orders, delta, xp=jnp):
   Returns:
     ε with the shape of ``rdp[..., 0]``, rounded up.
   """
-  grid, o, dtype = _epsilon_per_order(rdp, orders, delta, "improved", xp)
+  grid, o, dtype = epsilon_per_order(rdp, orders, delta, "improved", xp)
   r = xp.asarray(rdp).astype(dtype)
   xa, xb, fa, m = _chord_ends(r, o)
   log_d = xp.log(xp.asarray(delta, dtype))[..., None]
@@ -222,9 +222,9 @@ def to_epsilon_refined(rdp, orders, delta, xp=jnp):
   x_star = xp.clip(xp.expm1(xp.minimum(c, 700.0)), xa, xb)
   x_star = xp.where(xp.isfinite(x_star), x_star, xb)
   chord = _chord_rdp(r, o, x_star, xp)
-  eps_chord = _epsilon_per_order(chord, x_star + 1.0, xp.asarray(delta, dtype), "improved", xp)[0]
+  eps_chord = epsilon_per_order(chord, x_star + 1.0, xp.asarray(delta, dtype), "improved", xp)[0]
   best = xp.minimum(xp.min(grid, axis=-1), xp.min(eps_chord, axis=-1))
-  return xp.maximum(best, 0.0) * _readout_margin(dtype)
+  return xp.maximum(best, 0.0) * readout_margin(dtype)
 
 
 def to_delta_refined(rdp, orders, epsilon, xp=jnp):
@@ -240,7 +240,7 @@ def to_delta_refined(rdp, orders, epsilon, xp=jnp):
   Returns:
     δ with the shape of ``rdp[..., 0]``.
   """
-  grid, dtype = _log_delta_per_order(rdp, orders, epsilon, xp)
+  grid, dtype = log_delta_per_order(rdp, orders, epsilon, xp)
   r = xp.asarray(rdp).astype(dtype)
   o = xp.asarray(orders, dtype)
   xa, xb, _, m = _chord_ends(r, o)
@@ -250,6 +250,6 @@ def to_delta_refined(rdp, orders, epsilon, xp=jnp):
   x_star = xp.clip(x_star, xa, xb)
   x_star = xp.where(xp.isfinite(x_star), x_star, xb)
   chord = _chord_rdp(r, o, x_star, xp)
-  log_chord = _log_delta_per_order(chord, x_star + 1.0, xp.asarray(epsilon, dtype), xp)[0]
+  log_chord = log_delta_per_order(chord, x_star + 1.0, xp.asarray(epsilon, dtype), xp)[0]
   best = xp.minimum(xp.min(grid, axis=-1), xp.min(log_chord, axis=-1))
-  return xp.minimum(xp.exp(best) * _readout_margin(dtype), 1.0)
+  return xp.minimum(xp.exp(best) * readout_margin(dtype), 1.0)

@@ -23,7 +23,7 @@ from jaxdp._src.kernels.rdp_common import log_sum_exp
 
 
 # Quadrature nodes per window (two windows per evaluation).
-_NODES_PER_WINDOW = 64
+NODES_PER_WINDOW = 64
 
 
 # Log-integrand drop that defines a quadrature window's edges.
@@ -35,7 +35,7 @@ _WINDOW_DROP = 64.0
 # add. Model: + - * / correctly rounded (unit roundoff _F32_U = 2^-24, normal
 # range); XLA's float32 exp, log, log1p and expm1 primitives within
 # _F32_TAU[f]·u relative (the float32 nodes use no compensated formula, see
-# _log1p). Measured on CPU (jax 0.10.2, dense
+# quadrature_log1p). Measured on CPU (jax 0.10.2, dense
 # sweeps over the arguments the quadrature uses,
 # tests/test_rdp_float32_margin.py): exp 1.4u, log 2.0u, log1p 3.4u, expm1
 # 6.4u; CUDA's libdevice documents expf 2 ulps (≤ 4u), logf/log1pf/expm1f
@@ -47,7 +47,7 @@ _F32_U = 2.0 ** -24
 _F32_TAU = {"exp": 6.0, "log": 6.0, "log1p": 8.0, "expm1": 16.0}
 
 
-def _log1p(x, xp=jnp):
+def quadrature_log1p(x, xp=jnp):
   """log(1 + x): XLA's ``log1p`` primitive in float32 under jit, else the
   faster compensated :func:`jaxdp._src.core.numerics.log1p`.
 
@@ -158,7 +158,7 @@ def _h(z, alpha, s2, c, xp=jnp):
   return alpha * p - z
 
 
-def _bisect(fn, lo, hi, steps, xp=jnp):
+def bisect_bracket(fn, lo, hi, steps, xp=jnp):
   """Bracket [lo, hi] of a sign change of fn, with fn(lo) > 0 ≥ fn(hi)."""
 
   def body(_, carry):
@@ -229,7 +229,7 @@ def _log_integrand_f(z, o: _Order, s2, log_q, log_1mq, log_norm, xp=jnp):
     bracket = 1.0 + us * coef * bracket
   # (b)
   ub = xp.where(small | huge, 1.0, u)
-  l = xp.where(huge, log_abs_u, _log1p(ub, xp))
+  l = xp.where(huge, log_abs_u, quadrature_log1p(ub, xp))
   w = xp.where(huge, 1.0, ub / (1.0 + ub))
   bl = o.beta * l
   moderate = bl <= 40.0
@@ -277,7 +277,7 @@ def _recentred_high(z, x, e, o: _Order, s2, log_q, log_1mq, xp=jnp):
   x > 0, so e + 1 = e^x to an ulp (clipped at the cap, sp only rounds up).
   """
   c = log_q - log_1mq
-  sp = _log1p(xp.exp(-c) / (e + 1.0), xp)
+  sp = quadrature_log1p(xp.exp(-c) / (e + 1.0), xp)
   k_ab = o.alpha * xp.abs(log_q) + o.alpha * o.beta / (2.0 * s2)
   k_const = o.alpha * (log_q + o.beta / (2.0 * s2))
   dz = z - o.alpha
@@ -290,12 +290,12 @@ def _recentred_high(z, x, e, o: _Order, s2, log_q, log_1mq, xp=jnp):
 
 
 @functools.partial(jax.jit, static_argnames=("nodes",))
-def _log_a_minus_1_quadrature(log_q, log_1mq, sigma, alpha, nodes=_NODES_PER_WINDOW):
-  """Jitted :func:`_log_a_minus_1_quadrature_impl` (``jnp``)."""
-  return _log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes)
+def log_a_minus_1_quadrature(log_q, log_1mq, sigma, alpha, nodes=NODES_PER_WINDOW):
+  """Jitted :func:`log_a_minus_1_quadrature_impl` (``jnp``)."""
+  return log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes)
 
 
-def _log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes=_NODES_PER_WINDOW,
+def log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes=NODES_PER_WINDOW,
                                    xp=jnp):
   """log(A_α - 1) for any real α > 1 by windowed trapezoidal quadrature.
 
@@ -384,7 +384,7 @@ def _modes(alpha_b, s2, c, zero, dtype, xp=jnp):
   sign3 = xp.array([1.0, 1.0, -1.0], dtype).reshape((3,) + (1,) * alpha_b.ndim)
   v_lo = xp.where(bimodal, z_a, zero)
   v_hi = xp.where(bimodal, z_m, zero)
-  roots = mid(_bisect(lambda z: sign3 * _h(z, alpha_b, s2, c, xp),
+  roots = mid(bisect_bracket(lambda z: sign3 * _h(z, alpha_b, s2, c, xp),
                       xp.stack([zero, hi_start, v_lo]), xp.stack([lo_end, alpha_b, v_hi]),
                       _MODE_STEPS, xp))
   m_lo, m_hi, valley = roots[0], roots[1], roots[2]
@@ -415,7 +415,7 @@ def _window_edges(m_lo, m_hi, valley, bimodal, alpha_b, s2, c, r, dtype, xp=jnp)
   # bracket), one stacked bisection, each rounded outward.
   sign4 = xp.array([-1.0, 1.0, 1.0, -1.0], dtype).reshape((4,) + (1,) * alpha_b.ndim)
   target = xp.stack([g_lo, g_hi, g_lo, g_hi])
-  e_lo, e_hi = _bisect(lambda z: sign4 * (_plain_log_integrand(z, alpha_b, s2, c, xp) - target),
+  e_lo, e_hi = bisect_bracket(lambda z: sign4 * (_plain_log_integrand(z, alpha_b, s2, c, xp) - target),
                        xp.stack([xp.minimum(m_lo, 0.0) - r, m_hi, m_lo, valley]),
                        xp.stack([m_lo, xp.maximum(m_hi, alpha_b) + r, valley, m_hi]),
                        _EDGE_STEPS, xp)

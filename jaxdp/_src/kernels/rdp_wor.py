@@ -191,7 +191,7 @@ def _wbk_log_a(log_q, sigma, a, fd, max_terms: int):
   i = jnp.asarray(i_np, dtype)
   ex = lambda x: x[..., None]
   valid = i <= ex(a)
-  log_binom, gamma_err = rdp_binomial._log_binomial(ex(a), i)
+  log_binom, gamma_err = rdp_binomial.log_binomial(ex(a), i)
   plain = math.log(2.0) + (i - 1.0) * i * ex(c)
   # i = 2: min(log 4 + log(e^{2c} - 1), 2c + log 2).
   b2 = jnp.minimum(math.log(4.0) + nx.log_expm1(2.0 * c), 2.0 * c + math.log(2.0))
