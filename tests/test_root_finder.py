@@ -156,3 +156,22 @@ def test_illinois_false_position():
   br.add(1.5, -0.5)                       # ... twice: g(a) is halved
   assert (br.a, br.b) == (0.0, 1.5) and br.ga == 0.5
   assert 0.0 < br.false_position() < 1.0
+
+
+def test_step_up_checks_as_returned():
+  """Entries failing the public check step up by the factor until it passes;
+  inactive entries are left alone; ok is False when the tries run out."""
+  need = np.array([1.0, 1.0 + 1.5e-9, 5.0, 2.0])
+  calls = []
+
+  def feasible(x):
+    calls.append(x.size)
+    return x >= need
+
+  x, ok = roots.step_up(feasible, np.ones(4), 1.0 + 1e-9, 8,
+                        active=np.array([True, True, False, True]))
+  assert not ok and x[2] == 1.0 and x[0] == 1.0
+  assert need[1] <= x[1] <= need[1] * (1.0 + 2e-9)
+  assert set(calls) == {4} and len(calls) == 8
+  x, ok = roots.step_up(feasible, np.array([1.0, 1.0 + 2e-9, 5.0, 2.0]), 1.0 + 1e-9, 8)
+  assert ok and len(calls) == 9

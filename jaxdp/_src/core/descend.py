@@ -2,7 +2,9 @@
 
 Used by the tight calibrations of samplers: each probe is the public
 computation a user would call, and the returned point is one whose probe met
-the target (see :func:`descend`).
+the target (see :func:`descend`): the contract of the one root finder
+(:mod:`jaxdp._src.core.roots`), ``certified="upper"`` in y, scalar, from a
+feasible start.
 """
 
 from __future__ import annotations

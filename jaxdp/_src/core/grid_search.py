@@ -5,7 +5,8 @@ by a jitted root-finder costs more in tracing and compilation than in
 arithmetic. Probing ``points`` values per configuration and round through
 the public ε function instead reuses the programs that ``jaxdp.epsilon``
 already compiled (and that the persistent cache keeps), and every answer is
-an x whose ε that very function evaluated to <= the target.
+an x whose ε that very function evaluated to <= the target (the contract of
+the one root finder, :mod:`jaxdp._src.core.roots`, ``certified="upper"``).
 
 Equally spaced probes shrink the bracket by a factor points + 1 per round
 (7 rounds from the 23 log-units of σ ∈ [1e-3, 1e7] to 5e-7 with 16

@@ -6,6 +6,8 @@ smallest x evaluated feasible (``hi``) and the largest evaluated infeasible
 (``lo``) with ``hi - lo <= tol``. Only the problems still open are evaluated
 each round, through a caller's ``eps_of(x, idx)``, so each round costs what is
 left. Knows nothing of privacy accounting; NumPy throughout (no compilation).
+A strategy of the one root finder (:mod:`jaxdp._src.core.roots`), with its
+contract: ``certified="upper"``, only evaluated points returned.
 
 It suits evaluations that cost far more than the solver (the batched PLD,
 :func:`jaxdp._src.solvers.boundary._pld_boundary`): it spends rounds, not

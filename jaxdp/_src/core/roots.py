@@ -22,6 +22,8 @@ Modes, one contract:
   ``"geometric"`` (√(lo·hi), for a positive x searched in ratio), or
   ``"integer"`` (whole numbers; the largest/smallest feasible integer
   exactly, with galloping expansion where the open end is infinite).
+* :func:`step_up`: the answer checked as returned by the public function
+  (a factor 1 + rtol up where the last bits disagree).
 * :func:`false_position` (host, vectorised): geometric bracketing from a
   guess, then safeguarded regula falsi on a smooth excess g(x) (few
   evaluations of an expensive g: the trade-off calibration).
@@ -180,6 +182,35 @@ def bisect(feasible: Callable[[np.ndarray, np.ndarray], np.ndarray], lo, hi, *, 
   x = np.where(ok_o, o_end, f_end)
   return Found(np.where(ok_f, x, np.nan), np.where(ok_o, o_end, np.where(ok_f, o_end, np.nan)),
                ok_f, ok_o)
+
+
+def step_up(feasible: Callable[[np.ndarray], np.ndarray], x, factor, tries, active=None):
+  """The certified side checked as returned: x·factor until ``feasible``.
+
+  For a ``certified="upper"`` answer x (n,) of a finder whose predicate may
+  disagree with the public check in the last bits, re-evaluates ``feasible``
+  on all n (one shape) and multiplies the failing entries by ``factor``
+  (> 1), at most ``tries`` times; the last step is not re-checked.
+
+  Args:
+    feasible: x (n,) -> bool (n,), the public check.
+    x: (n,) answers.
+    factor: the step (1 + rtol).
+    tries: checks at most.
+    active: (n,) bool, the entries to check (default all).
+
+  Returns:
+    ``(x, ok)``: the answers, and whether a check passed for every active
+    entry.
+  """
+  x = np.asarray(x, np.float64)
+  active = np.ones(x.shape, bool) if active is None else active
+  for _ in range(tries):
+    bad = active & ~np.asarray(feasible(x), bool)
+    if not bad.any():
+      return x, True
+    x = np.where(bad, x * factor, x)
+  return x, False
 
 
 def _expand(excess, x, x_min, x_max, step):

@@ -96,12 +96,8 @@ def calibrate_sigma(q, steps, *, target_tpr, at_fpr, rtol=1e-3, num_eps=DEFAULT_
 
   # The returned σ is checked as returned.
   idx = np.arange(q.size)
-  for _ in range(32):
-    ok = excess(hi, idx) <= 0
-    if ok.all():
-      break
-    hi = np.where(ok, hi, hi * (1.0 + rtol))
-  else:
+  hi, ok = roots.step_up(lambda s: excess(s, idx) <= 0, hi, 1.0 + rtol, 32)
+  if not ok:
     raise ValueError("calibrate_sigma could not certify its answer (a jaxdp bug).")
   return hi.reshape(shape)
 

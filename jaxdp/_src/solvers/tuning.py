@@ -293,11 +293,7 @@ def sigma(target_epsilon, delta, q, steps, mean, shape, *, rtol: float = 1e-6, o
                      size=t.size)
     ok_hi, ans = r.feasible, np.where(r.feasible, r.x, _cal.SIGMA_RANGE[1])
     # Final check by the public function's own computation.
-    for _ in range(8):
-      bad = ok_hi & (eps_at(ans) > t)
-      if not bad.any():
-        break
-      ans = np.where(bad, ans * (1.0 + rtol), ans)
+    ans, _ = roots.step_up(lambda s: ~(eps_at(s) > t), ans, 1.0 + rtol, 8, active=ok_hi)
     ans = np.where(ok_hi, ans, np.inf)
     out[live] = ans
   return nx.to_host(out.reshape(out_shape))
