@@ -46,7 +46,7 @@ def _release_compiled_programs():
 @pytest.fixture(autouse=True)
 def _fresh_host_questions():
   """Every test starts as a fresh process does: its first few small RDP
-  questions are answered on the host (jaxdp._src.interfaces.api._host_turn), so a test's
+  questions are answered on the host (jaxdp._src.kernels.rdp_driver._host_turn), so a test's
   path does not depend on the tests that ran before it."""
   from jaxdp._src.kernels import rdp_driver as _rdp_driver
   _rdp_driver._host_questions_left[0] = _rdp_driver._HOST_QUESTIONS

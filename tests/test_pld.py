@@ -283,7 +283,7 @@ LENGTHS = [3, pld_impl._BLK, 2 * pld_impl._BLK + 7, 1, pld_impl._BLK - 1, 5 * pl
 LONG_LENGTHS = [3, 20 * pld_impl._BLK + 5, 7 * pld_impl._BLK, 17 * pld_impl._BLK + 1]   # 47 blocks
 
 
-# Layouts for the multi-level scans (jaxdp._src.pld.step._levels): one group of
+# Layouts for the multi-level scans (jaxdp._src.pld.step_layout._Rows): one group of
 # 16 blocks; rows crossing group boundaries (3 and 4 groups, the production
 # chunks have 16); a block count that is not a multiple of 16.
 LAYOUTS = [(LENGTHS, None), (LONG_LENGTHS, 48), (LONG_LENGTHS, 64), (LENGTHS, 40)]

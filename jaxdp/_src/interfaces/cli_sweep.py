@@ -201,8 +201,8 @@ def _cmd_sweep(args) -> int:
   if args.tuning is not None:
     if args.accountant != "rdp":
       raise ValueError("--tuning needs --accountant rdp (the tuning theorems are RDP bounds).")
-    from jaxdp._src.solvers import tuning as tuning_mod
-    tuning_mod._distribution(*args.tuning)  # a bad MEAN or SHAPE: exit 2 before any work
+    from jaxdp._src.solvers import tuning_kernel  # pylint: disable=g-import-not-at-top
+    tuning_kernel._distribution(*args.tuning)  # a bad MEAN or SHAPE: exit 2 before any work
   rows, columns = _read_rows(args.grid)
   progress = sys.stderr.isatty() if args.progress is None else args.progress
   parsed = []

@@ -55,7 +55,7 @@ def grid_rdp(q, sigma, orders, nodes):
   Args:
     q, sigma: float64 arrays of shape (n,).
     orders: 1-D NumPy array of orders > 1.
-    nodes: quadrature nodes per window (:func:`jaxdp.rdp._nodes_for`).
+    nodes: quadrature nodes per window (:func:`jaxdp._src.kernels.rdp._nodes_for`).
 
   Returns:
     (n, len(orders)) float64 array of rounded-up RDP values.
@@ -74,7 +74,7 @@ def grid_rdp(q, sigma, orders, nodes):
 
 def node_groups(sigma):
   """``[(mask, nodes)]``: the configurations of flat ``sigma`` grouped by the
-  quadrature nodes a batch of each one alone would use (:func:`jaxdp.rdp._nodes_for`)."""
+  quadrature nodes a batch of each one alone would use (:func:`jaxdp._src.kernels.rdp._nodes_for`)."""
   nodes = np.array([rdp._nodes_for(sigma[i:i + 1]) for i in range(sigma.size)])
   return [(nodes == k, int(k)) for k in np.unique(nodes)]
 

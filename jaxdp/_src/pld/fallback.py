@@ -40,7 +40,7 @@ a call holding more than :data:`MAX_CONFIGURATIONS` wide configurations
 leaves those beyond the cap with the kernel's interval capped by RDP, where
 the same question asked alone gets the general engine too. The
 accountant's multi-phase configurations get the same treatment
-(:func:`jaxdp.pld_accountant._best_many`) with an RDP bound from the summed
+(:func:`jaxdp._src.accounting.pld_accountant._best_many`) with an RDP bound from the summed
 phase curves.
 
 Cost and cap. The general engine takes seconds per configuration at these
