@@ -45,7 +45,7 @@ def _compiled(kind, q, sigma, steps, x):
     pad = _host_rdp.MAX_CONFIGURATIONS + 1
     args = [np.concatenate([np.atleast_1d(a), np.full(pad, f)])
             for a, f in zip((q, sigma, steps, x), (0.5, 1.0, 1.0, 0.5))]
-    return _rdp_driver._run_chunked(kind, *args, None, "improved")[:np.size(q)]
+    return _rdp_driver.run_chunked(kind, *args, None, "improved")[:np.size(q)]
 
 
 def _host(kind, q, sigma, steps, x, nodes=None):

@@ -42,7 +42,7 @@ def test_small_order_ceiling_is_an_rdp_bound_never_below_the_full_value():
       cheap = _host_rdp.small_order_ceiling(kind, q, s, t, x)
       if kind == "delta":   # as kernel_guards._rdp_ceiling reads it
         cheap = _rdp_driver.delta_floor(cheap, q, t, x)
-      full = _rdp_driver._run_chunked(kind, q, s, t, x, None, "improved")  # pylint: disable=protected-access
+      full = _rdp_driver.run_chunked(kind, q, s, t, x, None, "improved")  # pylint: disable=protected-access
       assert not np.any(np.isnan(cheap))
       assert np.all(cheap >= full * (1 - 1e-12)), kind
       # Integer orders <= 64 are where most DP-SGD optima lie: the cheap

@@ -55,23 +55,24 @@ if mode == "die" and pid == 1:
   os._exit(3)  # dies after joining, before the sweep
 
 import jaxdp
-from jaxdp import calibrate, sweep
-from jaxdp._src.interfaces import api as _api
+from jaxdp import sweep
+from jaxdp._src.kernels import rdp_driver as _api   # the modules sweep reads them from
+from jaxdp._src.solvers import calibrate
 
 # Count the configurations this process computes itself.
 share = {"epsilon": 0, "sigma": 0}
-run_chunked, cal_sigma = _api._run_chunked, calibrate.sigma
+run_chunked, cal_sigma = _api.run_chunked, calibrate.sigma
 def counted_run(kind, q, *rest):
   share["epsilon"] += int(np.size(q))
   return run_chunked(kind, q, *rest)
 def counted_sigma(target, *rest, **kw):
   share["sigma"] += int(np.size(target))
   return cal_sigma(target, *rest, **kw)
-_api._run_chunked, calibrate.sigma = counted_run, counted_sigma
+_api.run_chunked, calibrate.sigma = counted_run, counted_sigma
 
 load = lambda name: np.load(os.path.join(folder, name + ".npy"))
 eps = sweep.epsilon(load("q"), load("sigma"), load("steps"), 1e-5, chunk_size=int(load("eps_chunk")))
-eps_share = share["epsilon"]  # (calibrate.sigma calls _run_chunked too)
+eps_share = share["epsilon"]  # (calibrate.sigma calls run_chunked too)
 sig = sweep.sigma(load("target"), 1e-5, load("sig_q"), 500, orders=load("sig_orders"),
                   chunk_size=int(load("sig_chunk")))
 np.save(os.path.join(folder, f"eps_{pid}.npy"), eps)

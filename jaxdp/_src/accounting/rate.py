@@ -13,14 +13,14 @@ from __future__ import annotations
 import numpy as np
 
 from jaxdp._src.core import numerics as nx
-from jaxdp._src.kernels.rdp_driver import _run_chunked, _validate_common, _validate_orders
+from jaxdp._src.kernels.rdp_driver import run_chunked, validate_rate_inputs, validate_orders
 
 
 def epsilon(q, sigma, steps, delta, *, accountant: str = "rdp", orders=None,
             method: str = "improved"):
   """:func:`jaxdp.epsilon` for a sampling rate ``q`` (see it for the
   arguments); float64 NumPy."""
-  _validate_common(q, sigma, steps)
+  validate_rate_inputs(q, sigma, steps)
   nx.check_array("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
   nx.check_same_shape(q=q, sigma=sigma, steps=steps, delta=delta)
   if accountant == "pld":
@@ -37,15 +37,15 @@ def epsilon(q, sigma, steps, delta, *, accountant: str = "rdp", orders=None,
     raise ValueError(f"accountant must be 'rdp' or 'pld'; found {accountant!r}.")
   if method not in ("improved", "classic"):
     raise ValueError(f"method must be 'improved' or 'classic'; found {method!r}.")
-  orders = _validate_orders(orders)
+  orders = validate_orders(orders)
   with nx.x64():
-    return nx.to_host(_run_chunked("epsilon", q, sigma, steps, delta, orders, method))
+    return nx.to_host(run_chunked("epsilon", q, sigma, steps, delta, orders, method))
 
 
 def delta(q, sigma, steps, epsilon, *, accountant: str = "rdp", orders=None):
   """:func:`jaxdp.delta` for a sampling rate ``q`` (see :func:`jaxdp.epsilon`
   for the arguments); float64 NumPy."""
-  _validate_common(q, sigma, steps)
+  validate_rate_inputs(q, sigma, steps)
   nx.check_array("epsilon", epsilon, low=0.0)
   nx.check_same_shape(q=q, sigma=sigma, steps=steps, epsilon=epsilon)
   if accountant == "pld":
@@ -55,9 +55,9 @@ def delta(q, sigma, steps, epsilon, *, accountant: str = "rdp", orders=None):
     return nx.to_host(tight)
   if accountant != "rdp":
     raise ValueError(f"accountant must be 'rdp' or 'pld'; found {accountant!r}.")
-  orders = _validate_orders(orders)
+  orders = validate_orders(orders)
   with nx.x64():
-    return nx.to_host(_run_chunked("delta", q, sigma, steps, epsilon, orders, "improved"))
+    return nx.to_host(run_chunked("delta", q, sigma, steps, epsilon, orders, "improved"))
 
 
 
@@ -99,14 +99,14 @@ def tight_one(name, q, sigma, steps, value, *, rtol=1e-3):
   from jaxdp._src.kernels import guards as _guards  # pylint: disable=g-import-not-at-top
   from jaxdp._src.pld import general as pld_general  # pylint: disable=g-import-not-at-top
   from jaxdp._src.mechanisms.registry import poisson_phases  # pylint: disable=g-import-not-at-top
-  _validate_common(q, sigma, steps)
+  validate_rate_inputs(q, sigma, steps)
   if name == "epsilon":
     nx.check_array("delta", value, low=0.0, high=1.0, low_open=True, high_open=True)
   else:
     nx.check_array("epsilon", value, low=0.0)
   q, sigma, steps, value = (float(np.asarray(a, np.float64)) for a in (q, sigma, steps, value))
   with nx.x64():
-    rdp_up = float(_run_chunked(name, q, sigma, steps, value, None, "improved"))
+    rdp_up = float(run_chunked(name, q, sigma, steps, value, None, "improved"))
   if q == 0.0 or steps == 0.0:
     return 0.0, 0.0, rdp_up
   phases = poisson_phases(q, sigma, steps)

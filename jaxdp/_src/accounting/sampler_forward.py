@@ -61,12 +61,12 @@ from jaxdp._src import events as _events
 from jaxdp._src.mechanisms import pairs as _pairs
 from jaxdp._src.events import is_sampler
 from jaxdp._src.mechanisms.registry import event_mechanisms, event_rdp
-from jaxdp._src.mechanisms.sampled import _EPOCH_EVENTS
+from jaxdp._src.mechanisms.sampled import EPOCH_EVENTS
 
 def compositions(sampler, event, steps):
   """Number of times the event is composed for ``steps`` training steps."""
   steps = np.asarray(steps, np.float64)
-  if isinstance(event, _EPOCH_EVENTS):
+  if isinstance(event, EPOCH_EVENTS):
     return np.ceil(steps / sampler.steps_per_epoch - 1e-12)
   return steps
 
@@ -88,15 +88,15 @@ def _rdp_total(sampler, sigma, steps, orders):
 
 def epsilon(sampler, sigma, steps, delta, accountant="rdp", orders=None):
   """ε of ``steps`` DP-SGD steps on batches from ``sampler`` (see module doc)."""
-  return _forward("epsilon", sampler, sigma, steps, delta, accountant, orders)
+  return sampler_answer("epsilon", sampler, sigma, steps, delta, accountant, orders)
 
 
 def delta(sampler, sigma, steps, epsilon_, accountant="rdp", orders=None):
   """δ at ``epsilon_`` of ``steps`` DP-SGD steps on batches from ``sampler``."""
-  return _forward("delta", sampler, sigma, steps, epsilon_, accountant, orders)
+  return sampler_answer("delta", sampler, sigma, steps, epsilon_, accountant, orders)
 
 
-def _forward(kind, sampler, sigma, steps, value, accountant, orders):
+def sampler_answer(kind, sampler, sigma, steps, value, accountant, orders):
   """ε at δ = ``value`` (kind "epsilon") or δ at ε = ``value`` (kind "delta")."""
   nx.check_array("sigma", sigma, low=0.0, low_open=True)
   nx.check_array("steps", steps, low=0.0, integer=True)
@@ -149,14 +149,14 @@ def _with_coupling(kind, sampler, sigma, steps, value, out, accountant, orders):
   from jaxdp._src.kernels import bins_coupling as _bins_coupling  # pylint: disable=g-import-not-at-top
 
   def forward(kind_, sampler_, sigma_, steps_, value_, orders_):
-    return _forward(kind_, sampler_, sigma_, steps_, value_, accountant, orders_)
+    return sampler_answer(kind_, sampler_, sigma_, steps_, value_, accountant, orders_)
 
   fn = _bins_coupling.epsilon if kind == "epsilon" else _bins_coupling.delta
   return np.minimum(out, fn(forward, sampler, sigma, steps, value, orders))
 
 
 def _rdp_forward(kind, sampler, sigma, steps, value, orders):
-  return _forward(kind, sampler, sigma, steps, value, "rdp", orders)
+  return sampler_answer(kind, sampler, sigma, steps, value, "rdp", orders)
 
 
 def _truncated(sampler):
@@ -166,7 +166,7 @@ def _truncated(sampler):
           and sampler.capacity < sampler.dataset_size)
 
 
-def _pld_equivalent(sampler, sigma, steps):
+def pld_equivalent(sampler, sigma, steps):
   """(q, σ, compositions) of the Poisson-sampled Gaussian that IS the sampler's
   event, for the fast tight path (:mod:`jaxdp.pld`); None where there is none."""
   ev = sampler.event(float(np.asarray(sigma).reshape(-1)[0]))
@@ -264,11 +264,11 @@ def _engine_forward(kind, sampler, sigma, steps, value, orders):
   """min(general engine's upper end, RDP) for an untruncated sampler: the
   coupling's untruncated answer (certified; no XLA program to compile)."""
   _, up = _general(kind, sampler, sigma, steps, value, lower=False)
-  return np.minimum(up, np.asarray(_forward(kind, sampler, sigma, steps, value, "rdp", orders),
+  return np.minimum(up, np.asarray(sampler_answer(kind, sampler, sigma, steps, value, "rdp", orders),
                                    np.float64))
 
 
-def _tight_upper(kind, sampler, sigma, steps, value, **kw):
+def tight_upper(kind, sampler, sigma, steps, value, **kw):
   """Upper end of the tight interval of a sampler without a Poisson-sampled
   Gaussian equivalent (see :func:`pld_bounds`)."""
   if not _truncated_poisson(sampler):
@@ -333,14 +333,14 @@ def pld_bounds(kind, sampler, sigma, steps, value, value_discretization_interval
   """
   kw = {} if value_discretization_interval is None and rtol == 1e-3 else dict(
       value_discretization_interval=value_discretization_interval, rtol=rtol)
-  fast = _pld_equivalent(sampler, sigma, steps)
+  fast = pld_equivalent(sampler, sigma, steps)
   if fast is not None:
     from jaxdp._src.pld import kernel as pld  # pylint: disable=g-import-not-at-top
     fn = pld.epsilon if kind == "epsilon" else pld.delta
     lo, up = fn(*fast, value, return_bounds=True, **kw)
     return np.asarray(lo, np.float64), np.asarray(up, np.float64)
   if _truncated_poisson(sampler):
-    up = _tight_upper(kind, sampler, sigma, steps, value, **kw)
+    up = tight_upper(kind, sampler, sigma, steps, value, **kw)
     lo = _coupling_lower(kind, sampler, sigma, steps, value, up, **kw)
   else:
     lo, up = _general(kind, sampler, sigma, steps, value, **kw)
@@ -374,7 +374,7 @@ def pld_entry(kind, sampler, sigma, steps, value, value_discretization_interval,
                          for a in (sigma, steps, value))
   ev = sampler.event(float(sigma.reshape(-1)[0]) if sigma.size else 1.0)
   trunc_add_remove = _truncated_poisson(sampler) and sampler.relation == "add_remove"
-  if _pld_equivalent(sampler, sigma, steps) is None and not trunc_add_remove:
+  if pld_equivalent(sampler, sigma, steps) is None and not trunc_add_remove:
     try:
       event_mechanisms(ev)
     except TypeError:
@@ -398,25 +398,25 @@ def _pld(kind, sampler, sigma, steps, value, orders):
   :func:`pld_bounds`, the sampler's RDP answer), where the upper end is +∞
   when the engine cannot answer: the RDP answer is returned there.
   """
-  fast = _pld_equivalent(sampler, sigma, steps)
+  fast = pld_equivalent(sampler, sigma, steps)
   if fast is not None:
     from jaxdp._src.accounting import rate  # pylint: disable=g-import-not-at-top
     fn = rate.epsilon if kind == "epsilon" else rate.delta
     out = np.asarray(fn(*fast, value, accountant="pld"), np.float64)
-    if not _plain_poisson(sampler):
-      out = np.minimum(out, np.asarray(_forward(kind, sampler, sigma, steps, value, "rdp",
+    if not is_plain_poisson(sampler):
+      out = np.minimum(out, np.asarray(sampler_answer(kind, sampler, sigma, steps, value, "rdp",
                                                 orders), np.float64))
     return nx.to_host(out)
-  up = _tight_upper(kind, sampler, sigma, steps, value)
+  up = tight_upper(kind, sampler, sigma, steps, value)
   # Every sampler event's RDP analyses the same relation: the min is sound.
-  out = np.minimum(up, np.asarray(_forward(kind, sampler, sigma, steps, value, "rdp", orders),
+  out = np.minimum(up, np.asarray(sampler_answer(kind, sampler, sigma, steps, value, "rdp", orders),
                                   np.float64))
   if kind == "delta":
     out = np.minimum(out, 1.0)
   return nx.to_host(np.where(steps == 0, 0.0, out))
 
 
-def _plain_poisson(sampler):
+def is_plain_poisson(sampler):
   ev = sampler.event(1.0)
   return isinstance(ev, _events.SampledGaussian) and ev.relation == "add_remove"
 

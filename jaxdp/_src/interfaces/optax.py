@@ -97,11 +97,11 @@ def _event_of(sigma, sampling_rate, sampler, expected_batch_size):
     event = _events.SampledGaussian(sampling_rate, sigma)  # validates q, σ
   else:
     from jaxdp._src.events import is_sampler  # pylint: disable=g-import-not-at-top
-    from jaxdp._src.mechanisms.sampled import _EPOCH_EVENTS  # pylint: disable=g-import-not-at-top
+    from jaxdp._src.mechanisms.sampled import EPOCH_EVENTS  # pylint: disable=g-import-not-at-top
     if not is_sampler(sampler):
       raise ValueError(f"sampler must come from jaxdp.sampling; found {sampler!r}.")
     event = sampler.event(sigma)
-    if isinstance(event, _EPOCH_EVENTS):  # pylint: disable=protected-access
+    if isinstance(event, EPOCH_EVENTS):  # pylint: disable=protected-access
       epoch_len = int(sampler.steps_per_epoch)
     if expected_batch_size is None:
       expected_batch_size = float(sampler.expected_batch_size)

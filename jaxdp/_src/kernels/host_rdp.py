@@ -100,7 +100,7 @@ def _rdp_at(q, sigma, orders, nodes, by_quadrature):
 def minimum_over_all_orders(kind, method, q, sigma, steps, x, nodes, with_order=False):
   """The value of the default-orders RDP path for a few configurations.
 
-  What :func:`jaxdp._src.kernels.rdp_driver._run_chunked` computes with ``orders=None`` (grid
+  What :func:`jaxdp._src.kernels.rdp_driver.run_chunked` computes with ``orders=None`` (grid
   minimum over ``DEFAULT_ORDERS``, then the golden-section refinement), in
   NumPy.
 

@@ -25,13 +25,13 @@ from jaxdp._src.kernels.rdp import _nodes_for as rdp_nodes_for
 _CHUNK = 2048
 
 
-def _validate_common(q, sigma, steps):
+def validate_rate_inputs(q, sigma, steps):
   nx.check_array("q", q, low=0.0, high=1.0)
   nx.check_array("sigma", sigma, low=0.0, low_open=True)
   nx.check_array("steps", steps, low=0.0, integer=True)
 
 
-def _validate_orders(orders):
+def validate_orders(orders):
   if orders is None:
     return None
   orders = np.atleast_1d(np.asarray(orders, dtype=np.float64))
@@ -109,10 +109,10 @@ def guard_rdp(kind, q, sigma, steps, x):
   host = 0 < n <= _PLD_GUARD_HOST_MAX and _pld_guard_questions_left[0] > 0
   if host:
     _pld_guard_questions_left[0] -= 1
-  return _run_chunked(kind, q, sigma, steps, x, None, "improved", host=host)
+  return run_chunked(kind, q, sigma, steps, x, None, "improved", host=host)
 
 
-def _run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False, host=False):
+def run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False, host=False):
   """The RDP value per configuration, chunked; with ``with_order`` (default
   orders only) also the real order at which it was attained.  ``host``:
   True forces the host path for the default orders (:mod:`jaxdp._src.kernels.host_rdp`),
@@ -139,7 +139,7 @@ def _run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False, hos
 
 
 def _compiled_chunks(kind, flat, key, search_plan, method, with_order):
-  """:func:`_run_chunked` through the compiled programs, chunk by chunk:
+  """:func:`run_chunked` through the compiled programs, chunk by chunk:
   ``(values, orders attained or None)`` as flat NumPy arrays."""
   n = flat[0].size
   chunk = _bucket(n)
@@ -178,7 +178,7 @@ def epsilon_and_order(q, sigma, steps, delta):
   """Internal: :func:`epsilon` (RDP, default orders, validated by the caller)
   and the real order α > 1 at which each value was attained (float64 NumPy)."""
   with nx.x64():
-    return _run_chunked("epsilon", q, sigma, steps, delta, None, "improved", with_order=True)
+    return run_chunked("epsilon", q, sigma, steps, delta, None, "improved", with_order=True)
 
 
 def delta_floor(delta, q, steps, epsilon):

@@ -22,7 +22,7 @@ from jaxdp._src.mechanisms import pairs as _pairs
 from jaxdp._src.mechanisms.entry import Entry, column, field, scalars
 
 
-_EPOCH_EVENTS = (_events.BallsInBinsGaussian, _events.ShuffledGaussian)
+EPOCH_EVENTS = (_events.BallsInBinsGaussian, _events.ShuffledGaussian)
 
 
 def _poisson_x_of_loss(level, q, sigma):

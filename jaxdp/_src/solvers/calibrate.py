@@ -103,7 +103,7 @@ def _validate_common(target_epsilon, delta, rtol, accountant):
 
 def _resolve_orders(orders):
   from jaxdp._src.kernels import rdp_driver  # pylint: disable=g-import-not-at-top
-  checked = rdp_driver._validate_orders(orders)
+  checked = rdp_driver.validate_orders(orders)
   full = rdp.DEFAULT_ORDERS if checked is None else checked
   return checked, np.sort(np.unique(np.asarray(full, np.float64)))
 

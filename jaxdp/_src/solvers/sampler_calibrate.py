@@ -17,7 +17,7 @@ import numpy as np
 
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.core import roots
-from jaxdp._src.accounting.sampler_forward import (_forward, _pld_equivalent, _plain_poisson, _tight_upper,
+from jaxdp._src.accounting.sampler_forward import (sampler_answer, pld_equivalent, is_plain_poisson, tight_upper,
                                                    epsilon)
 from jaxdp._src.events import is_sampler
 
@@ -54,17 +54,17 @@ def _pld_parts(sampler, sigma, steps, delta, orders=None):
   ``accountant="pld"`` returns (the same computations, scalars)."""
   if steps == 0:
     return 0.0, 0.0
-  fast = _pld_equivalent(sampler, sigma, steps)
+  fast = pld_equivalent(sampler, sigma, steps)
   if fast is not None:
     from jaxdp._src.pld import kernel as pld  # pylint: disable=g-import-not-at-top
     with nx.x64():
       _, up, rdp_eq = pld.guarded_bounds("epsilon", *fast, delta)
-    if _plain_poisson(sampler):
+    if is_plain_poisson(sampler):
       return float(up), float(rdp_eq)
-    rdp = float(_forward("epsilon", sampler, sigma, steps, delta, "rdp", orders))
+    rdp = float(sampler_answer("epsilon", sampler, sigma, steps, delta, "rdp", orders))
     return float(up), min(rdp, float(rdp_eq))
-  rdp = float(_forward("epsilon", sampler, sigma, steps, delta, "rdp", orders))
-  return float(_tight_upper("epsilon", sampler, sigma, steps, delta)), rdp
+  rdp = float(sampler_answer("epsilon", sampler, sigma, steps, delta, "rdp", orders))
+  return float(tight_upper("epsilon", sampler, sigma, steps, delta)), rdp
 
 
 def calibrate_sigma(sampler, target_epsilon, delta, steps, accountant="rdp", rtol=1e-6):

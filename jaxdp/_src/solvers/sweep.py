@@ -192,7 +192,7 @@ def _forward(kind, q, sigma, steps, x, *, accountant, orders, method, devices, c
              progress, collective):
   from jaxdp._src.accounting import rate  # pylint: disable=g-import-not-at-top
   from jaxdp._src.kernels import rdp_driver as _api  # pylint: disable=g-import-not-at-top
-  _api._validate_common(q, sigma, steps)
+  _api.validate_rate_inputs(q, sigma, steps)
   if kind == "epsilon":
     nx.check_array("delta", x, low=0.0, high=1.0, low_open=True, high_open=True)
   else:
@@ -201,7 +201,7 @@ def _forward(kind, q, sigma, steps, x, *, accountant, orders, method, devices, c
                                                        "epsilon": x})
   if accountant not in ("rdp", "pld"):
     raise ValueError(f"accountant must be 'rdp' or 'pld'; found {accountant!r}.")
-  orders = _api._validate_orders(orders)
+  orders = _api.validate_orders(orders)
   shape, flat = _flatten(q, sigma, steps, x)
   n = flat[0].size
   sharding = mesh_sharding(devices)
@@ -226,7 +226,7 @@ def _forward(kind, q, sigma, steps, x, *, accountant, orders, method, devices, c
         fn = rate.epsilon if kind == "epsilon" else rate.delta
         run = lambda parts: np.asarray(fn(*parts, accountant="pld")).reshape(-1)
       else:
-        run = lambda parts: _api._run_chunked(kind, *parts, orders, method)
+        run = lambda parts: _api.run_chunked(kind, *parts, orders, method)
       for start in range(lo, hi, size):
         parts = [a[start:min(start + size, hi)] for a in flat]
         local[start - lo:start - lo + parts[0].size] = run(parts)
