@@ -13,8 +13,9 @@ Counts, over the package's modules (``jaxdp`` by default):
 * jaxdp-internal imports made inside functions;
 * import cycles: strongly connected components of the module import graph,
   imports inside functions included (their sizes);
-* root finders: functions whose names say they solve or bisect, or that
-  loop on a bracket (a heuristic list, printed for review).
+* root finders: functions whose names say they solve or bisect (a heuristic
+  list, printed for review), and the bracketing loops themselves (a loop
+  updating both ends of a bracket), those outside ``core/`` listed.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def analyse(pkg_dir):
   pkg = os.path.basename(os.path.normpath(pkg_dir))
   mods = _modules(pkg_dir, pkg)
   edges = {m: set() for m in mods}
-  big_modules, big_functions, private, inner, finders = [], [], [], 0, []
+  big_modules, big_functions, private, inner, finders, loops = [], [], [], 0, [], []
   for mod, path in sorted(mods.items()):
     src = open(path, encoding="utf-8").read()
     tree = ast.parse(src)
@@ -84,6 +85,8 @@ def analyse(pkg_dir):
         if any(k in lname for k in ("bisect", "solve", "bracket", "root", "secant",
                                     "golden", "newton", "boundary")):
           finders.append(f"{mod}.{node.name}")
+        if _has_bracket_loop(node):
+          loops.append(f"{mod}.{node.name}")
         for child in ast.iter_child_nodes(node):
           visit(child, True)
         return
@@ -129,10 +132,37 @@ def analyse(pkg_dir):
   cycles = _sccs(edges)
   return dict(modules=len(mods), big_modules=big_modules, big_functions=big_functions,
               private=sorted(set(private)), inner_imports=inner, cycles=cycles,
-              finders=finders)
+              finders=finders, loops=loops)
 
 
 _aliases = {}
+
+_BRACKET_NAMES = {"lo", "hi", "a", "b", "left", "right", "lower", "upper", "y_lo", "y_hi",
+                  "ylo", "yhi", "x_lo", "x_hi", "low", "high", "s_lo", "s_hi", "t_lo", "t_hi",
+                  "yi", "yf", "feas", "infeas"}
+
+
+def _has_bracket_loop(func):
+  """A loop (``while``/``for``, or a ``lax.while_loop`` body) of this very
+  function that updates both ends of a bracket (two of the usual names)."""
+  for node in ast.walk(func):
+    if isinstance(node, (ast.While, ast.For)):
+      assigned = set()
+      for sub in ast.walk(node):
+        targets = []
+        if isinstance(sub, ast.Assign):
+          targets = sub.targets
+        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign)):
+          targets = [sub.target]
+        for t in targets:
+          for leaf in ast.walk(t):
+            if isinstance(leaf, ast.Name):
+              assigned.add(leaf.id)
+            elif isinstance(leaf, ast.Subscript) and isinstance(leaf.value, ast.Name):
+              assigned.add(leaf.value.id)
+      if len(assigned & _BRACKET_NAMES) >= 2:
+        return True
+  return False
 
 
 def _sccs(edges):
@@ -195,6 +225,9 @@ def main(argv):
   print(f"import cycles: {len(r['cycles'])} " + "; ".join(
       f"{len(c)} modules ({', '.join(x.split('.')[-1] for x in c)})" for c in r["cycles"]))
   print(f"root-finder candidates (by name): {len(r['finders'])}  " + ", ".join(r["finders"]))
+  outside = [f for f in r["loops"] if ".core." not in f]
+  print(f"bracketing loops (a loop updating both ends of a bracket): {len(r['loops'])}, "
+        f"{len(outside)} outside core/  " + ", ".join(outside))
 
 
 if __name__ == "__main__":
