@@ -60,8 +60,6 @@ def delta(q, sigma, steps, epsilon, *, accountant: str = "rdp", orders=None):
     return nx.to_host(run_chunked("delta", q, sigma, steps, epsilon, orders, "improved"))
 
 
-
-
 # tight_one's general-engine interval is widened by the batched path's best
 # answer where it is +∞ or wider than this fraction (the issue-35 width goal;
 # the batched path costs seconds of compilation in a fresh process).

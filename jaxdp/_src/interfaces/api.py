@@ -61,8 +61,8 @@ def epsilon(q, sigma, steps, delta, *, accountant: str = "rdp", orders=None,
     ValueError: on an argument outside its domain (named, with its value).
   """
   if is_sampler(q):
-    from jaxdp._src.accounting import sampler_forward as _sampler_api  # pylint: disable=g-import-not-at-top
-    return _sampler_api.epsilon(q, sigma, steps, delta, accountant, orders)
+    from jaxdp._src.accounting import sampler_forward  # pylint: disable=g-import-not-at-top
+    return sampler_forward.epsilon(q, sigma, steps, delta, accountant, orders)
   return rate.epsilon(q, sigma, steps, delta, accountant=accountant, orders=orders,
                       method=method)
 
@@ -74,6 +74,6 @@ def delta(q, sigma, steps, epsilon, *, accountant: str = "rdp", orders=None):
     δ ∈ (0, 1] upper-bounding the true δ, float64 NumPy.
   """
   if is_sampler(q):
-    from jaxdp._src.accounting import sampler_forward as _sampler_api  # pylint: disable=g-import-not-at-top
-    return _sampler_api.delta(q, sigma, steps, epsilon, accountant, orders)
+    from jaxdp._src.accounting import sampler_forward  # pylint: disable=g-import-not-at-top
+    return sampler_forward.delta(q, sigma, steps, epsilon, accountant, orders)
   return rate.delta(q, sigma, steps, epsilon, accountant=accountant, orders=orders)
