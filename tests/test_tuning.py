@@ -346,3 +346,21 @@ def test_cli_tuning(capsys):
                           "--batch-size", "10"), "--tuning")]:
     code, out, err = _run(capsys, *common, *extra)
     assert code == 2 and out == "" and needle in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("gamma, shape, name", [
+    (1.5, 1.0, "gamma"), (0.0, 1.0, "gamma"), (float("nan"), 1.0, "gamma"), (-0.2, 0.5, "gamma"),
+    (0.5, -1.0, "shape"), (0.5, float("inf"), "shape"), (0.5, float("nan"), "shape"),
+])
+def test_tnb_mean_rejects_parameters_outside_its_domain(gamma, shape, name):
+  # tnb_mean(1.5, 1.0) used to return 0.667: a "mean" below 1 for a halting
+  # probability above 1.
+  with pytest.raises(ValueError, match=name):
+    tuning.tnb_mean(gamma, shape)
+
+
+def test_tnb_mean_closed_forms_at_the_domain_edges():
+  assert tuning.tnb_mean(1.0, 0.0) == pytest.approx(1.0)      # γ = 1: one run
+  assert tuning.tnb_mean(0.25, 1.0) == 4.0                     # geometric: 1/γ
+  g = 0.3                                                      # logarithmic (η = 0)
+  assert tuning.tnb_mean(g, 0.0) == pytest.approx((1 - g) / (g * math.log(1 / g)), rel=1e-12)

@@ -85,7 +85,14 @@ def tnb_mean(gamma: float, shape: float) -> float:
 
   Returns:
     The mean, ≥ 1.
+
+  Raises:
+    ValueError: for γ outside (0, 1] or η < 0 (NaN and infinities included).
   """
+  if not 0.0 < float(gamma) <= 1.0:
+    raise ValueError(f"gamma must be in (0, 1]; found {gamma!r}.")
+  if not (float(shape) >= 0.0 and math.isfinite(float(shape))):
+    raise ValueError(f"shape must be a finite number >= 0; found {shape!r}.")
   if shape == 1.0:
     return 1.0 / gamma
   return 1.0 / (gamma * _expm1_over_x(shape * math.log(gamma)) * _log_over_xm1(gamma))
