@@ -157,3 +157,46 @@ def test_registry_answers_for_every_event_class():
   assert not missing, missing
   for c in classes:
     assert table[c].rdp is not None, c.__name__   # every event has an RDP curve
+
+
+def _facade_aliases(tree):
+  """Names a test module binds to a public facade (``from jaxdp import pld``,
+  ``import jaxdp.pld as p``), and whether it binds ``jaxdp`` itself."""
+  import ast  # pylint: disable=import-outside-toplevel
+  import jaxdp  # pylint: disable=import-outside-toplevel
+  public = set(jaxdp._SUBMODULES) | {"mechanisms_continuous", "mechanisms_discrete"}  # pylint: disable=protected-access
+  out = {}
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and node.module == "jaxdp":
+      out.update({a.asname or a.name: a.name for a in node.names if a.name in public})
+    elif isinstance(node, ast.Import):
+      for a in node.names:
+        parts = a.name.split(".")
+        if a.asname and parts[0] == "jaxdp" and len(parts) == 2 and parts[1] in public:
+          out[a.asname] = parts[1]
+  return out
+
+
+def test_no_test_monkeypatches_a_private_name_on_a_facade():
+  """A patch on a facade's re-exported copy tests nothing: private names are
+  patched in the module that reads them (docs/architecture.md)."""
+  import ast  # pylint: disable=import-outside-toplevel
+  bad = []
+  for path in sorted((ROOT / "tests").glob("*.py")):
+    tree = ast.parse(path.read_text())
+    aliases = _facade_aliases(tree)
+    for node in ast.walk(tree):
+      if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "setattr" and node.args):
+        continue
+      target = node.args[0]
+      if isinstance(target, ast.Constant) and isinstance(target.value, str):
+        parts = target.value.split(".")   # monkeypatch.setattr("jaxdp.pld._x", ...)
+        if len(parts) >= 3 and parts[0] == "jaxdp" and parts[1] != "_src":
+          bad.append(f"{path.name}:{node.lineno}")
+      elif isinstance(target, ast.Name) and (target.id in aliases or target.id == "jaxdp"):
+        bad.append(f"{path.name}:{node.lineno}")
+      elif (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+            and target.value.id == "jaxdp"):
+        bad.append(f"{path.name}:{node.lineno}")
+  assert not bad, bad
