@@ -17,9 +17,13 @@ import pathlib
 import re
 import subprocess
 import sys
-import tomllib
 
 import pytest
+
+try:
+  import tomllib
+except ModuleNotFoundError:   # Python 3.10: import-linter depends on tomli there
+  import tomli as tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
