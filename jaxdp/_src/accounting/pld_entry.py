@@ -19,25 +19,26 @@ from jaxdp._src.pld import kernel as _kernel
 __all__ = ["epsilon", "delta"]
 
 
+def _answer(kind, q, sigma, steps, value, vdi, rtol, return_bounds):
+  """A sampler's own tight path, or the batched kernel for a rate."""
+  if is_sampler(q):
+    return _sampler_forward.pld_entry(kind, q, sigma, steps, value, vdi, rtol, return_bounds)
+  fn = _kernel.epsilon if kind == "epsilon" else _kernel.delta
+  return fn(q, sigma, steps, value, value_discretization_interval=vdi, rtol=rtol,
+            return_bounds=return_bounds)
+
+
 @functools.wraps(_kernel.delta)
 @nx.host_function
 def delta(q, sigma, steps, epsilon, *, value_discretization_interval=None, rtol=1e-3,
           return_bounds=False):
-  if is_sampler(q):
-    return _sampler_forward.pld_entry("delta", q, sigma, steps, epsilon,
-                                      value_discretization_interval, rtol, return_bounds)
-  return _kernel.delta(q, sigma, steps, epsilon,
-                       value_discretization_interval=value_discretization_interval, rtol=rtol,
-                       return_bounds=return_bounds)
+  return _answer("delta", q, sigma, steps, epsilon, value_discretization_interval, rtol,
+                 return_bounds)
 
 
 @functools.wraps(_kernel.epsilon)
 @nx.host_function
 def epsilon(q, sigma, steps, delta, *, value_discretization_interval=None, rtol=1e-3,
             return_bounds=False):
-  if is_sampler(q):
-    return _sampler_forward.pld_entry("epsilon", q, sigma, steps, delta,
-                                      value_discretization_interval, rtol, return_bounds)
-  return _kernel.epsilon(q, sigma, steps, delta,
-                         value_discretization_interval=value_discretization_interval, rtol=rtol,
-                         return_bounds=return_bounds)
+  return _answer("epsilon", q, sigma, steps, delta, value_discretization_interval, rtol,
+                 return_bounds)
