@@ -1,4 +1,4 @@
-"""Independent references for the soundness harness (tests/test_harness.py).
+"""Independent references for the soundness harness (tests/package/test_harness.py).
 
 Nothing here calls jaxdp. The mechanism is the Poisson-subsampled Gaussian
 (add/remove neighbours, L2 sensitivity 1, noise multiplier σ, sampling rate q):

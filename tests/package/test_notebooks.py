@@ -17,8 +17,9 @@ pytest.importorskip("ipykernel")
 pytest.importorskip("matplotlib")
 pytest.importorskip("sklearn")
 
-NOTEBOOK_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            "notebooks")
+# tests/package/ -> the repository's notebooks/
+NOTEBOOK_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "notebooks")
 NOTEBOOKS = sorted(glob.glob(os.path.join(NOTEBOOK_DIR, "*.ipynb")))
 # Per-notebook limit (seconds); each takes well under a minute on a 2-core CPU.
 TIMEOUT = 150

@@ -6,7 +6,7 @@ kernel of jaxdp.pld, the other events discretised on the host on the same
 grid. References: exact δ by mpmath (Gaussian x T composed with Laplace and
 randomized response, and one sampled-Gaussian step with randomized response),
 the general engine (jaxdp.pld_general, an independent host composition on its
-own grid) and dp_accounting (tests/test_pld_batch.py).
+own grid) and dp_accounting (tests/accounting/test_pld_batch.py).
 """
 
 import math

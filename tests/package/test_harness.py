@@ -92,7 +92,7 @@ SLOW_SEED = 77
 N_CI = 30
 N_CI_USED = 8
 # The slow sample sizes can be scaled down for a quick run of the slow path:
-# JAXDP_HARNESS_SCALE=0.02 pytest -m slow tests/test_harness.py
+# JAXDP_HARNESS_SCALE=0.02 pytest -m slow tests/package/test_harness.py
 SLOW_SCALE = float(os.environ.get("JAXDP_HARNESS_SCALE", "1"))
 
 

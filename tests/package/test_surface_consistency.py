@@ -83,7 +83,7 @@ SAMPLERS = tuple(_samplers())
 MATRIX = [(s, a) for s in ("plain",) + SAMPLERS for a in ("rdp", "pld")]
 # The fixed CI sample (~45 s budget): plain DP-SGD both ways and a sampler on
 # the general PLD engine. The in-jit accountant against the host runs in the
-# default suite in tests/test_inloop_consistency.py; here its sampler rows,
+# default suite in tests/package/test_inloop_consistency.py; here its sampler rows,
 # and the samplers whose RDP curves need the fractional-order quadrature
 # (truncated Poisson, balls-in-bins; tens of seconds of compilation), run
 # under -m slow.

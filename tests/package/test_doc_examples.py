@@ -86,7 +86,7 @@ from typing import List, Optional
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]   # tests/package/ -> the repository
 # docs/benchmark_results.md is written by docs/conf.py at build time (git-ignored).
 GENERATED = ("benchmark_results.md",)
 DOC_FILES = [ROOT / "README.md"] + sorted(p for p in (ROOT / "docs").glob("*.md")

@@ -1,11 +1,11 @@
 """Regression tests for the small-σ PLD under-reporting (issue 12) and its guards.
 
 The randomized soundness harness over the whole legal domain is
-tests/test_harness.py; this file pins the individual causes that were found:
+tests/package/test_harness.py; this file pins the individual causes that were found:
 
 * the ε search referred every loss to one middle point and overflowed ``exp``
   on windows wider than ~700 loss units (ε reported as T·log(1/(1-q))):
-  pinned in tests/test_pld_readout.py (windows of up to 1.2·10^5 loss units
+  pinned in tests/pld/test_pld_readout.py (windows of up to 1.2·10^5 loss units
   against direct sums);
 * the grid alignment with -log(1-q) shrank h below the memory floor (grids of
   10^8 points, out-of-memory in calibration);

@@ -25,7 +25,7 @@ try:
 except ModuleNotFoundError:   # Python 3.10: import-linter depends on tomli there
   import tomli as tomllib
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]   # tests/package/ -> the repository
 
 
 def _pyproject():
@@ -164,7 +164,7 @@ def test_no_test_monkeypatches_a_private_name_on_a_facade():
   patched in the module that reads them (docs/architecture.md)."""
   import ast  # pylint: disable=import-outside-toplevel
   bad = []
-  for path in sorted((ROOT / "tests").glob("*.py")):
+  for path in sorted((ROOT / "tests").rglob("*.py")):   # every layer's folder
     tree = ast.parse(path.read_text())
     aliases = _facade_aliases(tree)
     for node in ast.walk(tree):
@@ -175,10 +175,10 @@ def test_no_test_monkeypatches_a_private_name_on_a_facade():
       if isinstance(target, ast.Constant) and isinstance(target.value, str):
         parts = target.value.split(".")   # monkeypatch.setattr("jaxdp.pld._x", ...)
         if len(parts) >= 3 and parts[0] == "jaxdp" and parts[1] != "_src":
-          bad.append(f"{path.name}:{node.lineno}")
+          bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
       elif isinstance(target, ast.Name) and (target.id in aliases or target.id == "jaxdp"):
-        bad.append(f"{path.name}:{node.lineno}")
+        bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
       elif (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
             and target.value.id == "jaxdp"):
-        bad.append(f"{path.name}:{node.lineno}")
+        bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
   assert not bad, bad

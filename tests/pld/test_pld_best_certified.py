@@ -37,7 +37,7 @@ ROW3 = [(1e-3, 1.0, 10**6, 1e-8), (1e-3, 1.0, 10**6, 1e-12), (1e-3, 1.0, 10**5, 
 # Relative slack for "never above RDP": the upper end is raised back to a
 # certified lower end that passed the guards' 1e-9 tolerance (_guards._REL),
 # and jaxdp.epsilon's RDP value may come from the host or the compiled
-# path (they agree to 2e-13, tests/test_host_rdp.py).
+# path (they agree to 2e-13, tests/kernels/test_host_rdp.py).
 RDP_SLACK = 1e-9
 
 

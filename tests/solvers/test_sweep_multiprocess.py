@@ -31,7 +31,8 @@ import pytest
 from jaxdp import sweep
 from jaxdp._src.solvers import sweep as sweep_impl
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# tests/solvers/ -> the repository
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _LIMIT_S = 120.0  # per launch of the two processes
 _EPS_CHUNK = 16   # 70 configurations → 5 chunks: process 0 gets 2, process 1 gets 3
 _SIG_CHUNK = 4    # 15 configurations → 4 chunks: 2 each

@@ -26,7 +26,7 @@ import jaxdp  # noqa: E402
 
 pytestmark = pytest.mark.docs
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]   # tests/package/ -> the repository
 DOCS = ROOT / "docs"
 GUIDE_PAGES = ("index", "getting_started", "choosing", "mathematics", "inloop", "cli",
                "benchmarks", "benchmark_results", "notebooks", "contributing", "api/index")

@@ -290,7 +290,7 @@ def test_sweep_json_and_cli_refuse_steps_beyond_2_53(tmp_path, capsys):
 
 @pytest.mark.slow   # the batched kernel at 14040 steps (~15 s); the default suite
                     # checks the same property on the digits question
-                    # (tests/test_surface_consistency.py::test_python_and_cli_agree)
+                    # (tests/package/test_surface_consistency.py::test_python_and_cli_agree)
 def test_mnist_tight_cli_and_python_within_certified_widths(capsys):
   q, sigma, steps, delta = 256 / 60000, 1.1, MNIST_STEPS, 1e-5
   code, out, err = run(capsys, "epsilon", "--batch-size", "256", "--dataset-size", "60000",

@@ -1,7 +1,7 @@
 """End-to-end accounting of the jaxdp.sampling samplers (issue 13).
 
 Kernel-level references (exact enumeration, dp_accounting's kernels) are in
-tests/test_rdp_samplers.py; this file checks the plumbing a user goes through:
+tests/kernels/test_rdp_samplers.py; this file checks the plumbing a user goes through:
 jaxdp.epsilon/delta with a sampler, calibrate.sigma, the optax transform fed
 by a sampler, and the CLI.
 """

@@ -164,7 +164,7 @@ def test_a_window_reads_the_same_whatever_is_read_with_it():
   """Bit for bit: a window's bounds do not depend on the other windows of
   the batch (their number, lengths and the padding they force). Upper
   bounds alone and full evaluations read different batches of windows and
-  must agree exactly (tests/test_pld_upper_only.py)."""
+  must agree exactly (tests/pld/test_pld_upper_only.py)."""
   rng = np.random.default_rng(11)
   lens = [20000, 700, 33000, 5, 12000, 257]
   wins = [_window(rng, n, kind) for n, kind in zip(lens, ["spread", "gauss", "gauss", "sparse",

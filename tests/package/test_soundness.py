@@ -46,7 +46,7 @@ ORDERS = np.asarray(rdp.DEFAULT_ORDERS)
 # Property tests of jaxdp.epsilon/delta use this smaller grid (fractional and
 # integer orders, both kernel paths) to keep compile time down; the bounds hold
 # for any grid. DEFAULT_ORDERS are exercised by the kernel tests and
-# tests/test_extremes.py.
+# tests/package/test_extremes.py.
 ORD = np.array([1.01, 1.1, 1.5, 2.0, 2.5, 3.0, 5.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0,
                 4096.0])
 
@@ -708,7 +708,7 @@ def _check_calibration(batch):
   target, delta, q, steps = map(np.array, zip(*batch))
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)  # unreachable targets → inf (checked below)
-    # Default orders: shares compiled solvers with tests/test_calibrate.py.
+    # Default orders: shares compiled solvers with tests/solvers/test_calibrate.py.
     sig = calibrate.sigma(target, delta, q, steps)
     t_steps = calibrate.steps(target, delta, q, np.maximum(sig, 0.5))
   ok = np.isfinite(sig)
@@ -723,7 +723,7 @@ def _check_calibration(batch):
 
 
 # Compiling the calibration solvers costs ~40 s cold on 2 CPU cores, so both
-# variants are ``slow`` here (tests/test_calibrate.py covers the basics in CI).
+# variants are ``slow`` here (tests/solvers/test_calibrate.py covers the basics in CI).
 test_calibration_meets_target, test_calibration_meets_target_exhaustive = _both(
     st.lists(CAL_CFG, min_size=K, max_size=K), 2, 60)(_check_calibration)
 test_calibration_meets_target = pytest.mark.slow(test_calibration_meets_target)

@@ -34,7 +34,7 @@ def _exhaustive(kind, q, sigma, steps, x, orders):
 
 
 # The default grid passed explicitly: with orders=None jaxdp.epsilon also
-# searches between the grid orders (tests/test_continuous_order.py).
+# searches between the grid orders (tests/kernels/test_continuous_order.py).
 @pytest.mark.parametrize("orders", [DP_ORDERS, rdp.DEFAULT_ORDERS], ids=["dp_accounting", "default"])
 def test_epsilon_equals_min_over_all_orders(orders):
   rng = np.random.default_rng(0)
@@ -47,7 +47,7 @@ def test_epsilon_equals_min_over_all_orders(orders):
 
 
 # The default grid passed explicitly: with orders=None jaxdp.epsilon also
-# searches between the grid orders (tests/test_continuous_order.py).
+# searches between the grid orders (tests/kernels/test_continuous_order.py).
 @pytest.mark.parametrize("orders", [DP_ORDERS, rdp.DEFAULT_ORDERS], ids=["dp_accounting", "default"])
 def test_delta_equals_min_over_all_orders(orders):
   rng = np.random.default_rng(1)

@@ -114,7 +114,7 @@ def test_extreme_sigma_with_an_empty_optimistic_pmf():
   """σ = 0.05-0.06: the optimistic construction can leave a tiny grid with no
   mass (its Chernoff edges +inf / -inf); that window falls back to the
   pessimistic one and the answers stay finite (brute-force brackets in
-  tests/test_harness.py: [169.786, 169.85] and [778.455, 778.609])."""
+  tests/package/test_harness.py: [169.786, 169.85] and [778.455, 778.609])."""
   q, s, t, d = (np.array(v) for v in ([0.001, 0.5], [0.06, 0.05], [1.0, 3.0], [1e-5, 1e-8]))
   with nx.x64():
     lo, up, _ = pld_impl.guarded_bounds("epsilon", q, s, t, d, full_rdp=False)

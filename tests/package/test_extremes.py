@@ -149,7 +149,7 @@ def test_extreme_orders():
   sigma = np.array([1.0, 0.3, 20.0, 2.0, 1e4, 0.2])
   with jax.enable_x64(True):
     static = np.asarray(rdp.sampled_gaussian(q[:, None], sigma[:, None], EXTREME_ORDERS))
-    # Traced orders, padded to 16 (the shape tests/test_soundness.py compiles).
+    # Traced orders, padded to 16 (the shape tests/package/test_soundness.py compiles).
     cols, m = _pad([np.repeat(q, 2), np.repeat(sigma, 2), np.tile(EXTREME_ORDERS, q.size)],
                    (0.5, 1.0, 2.5), n=16)
     traced = np.asarray(jax.jit(rdp.sampled_gaussian)(*cols))[:m].reshape(-1, 2)
