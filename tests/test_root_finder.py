@@ -175,3 +175,39 @@ def test_step_up_checks_as_returned():
   assert set(calls) == {4} and len(calls) == 8
   x, ok = roots.step_up(feasible, np.array([1.0, 1.0 + 2e-9, 5.0, 2.0]), 1.0 + 1e-9, 8)
   assert ok and len(calls) == 9
+
+
+def test_integer_mode_exact_up_to_2_pow_53():
+  """Whole numbers at the top of jaxdp's step domain [0, 2**53]: the largest
+  x ≤ R is found exactly (every probe a whole number, none repeated), from a
+  known-feasible 2**40 to a known-infeasible 2**53, where lo + hi exceeds
+  2**53 and is no longer exact in float64."""
+  rng = np.random.default_rng(7)
+  top = 2.0**53
+  r = np.concatenate([[top - 1, top - 2, top - 3, 2.0**52 + 1, 2.0**40],
+                      np.floor(rng.uniform(2.0**40, top, 11))])
+  seen = []
+
+  def feasible(x, idx):
+    seen.append(np.asarray(x).copy())
+    return x <= r[idx]
+
+  out = roots.bisect(feasible, 2.0**40, top, tol=1, certified="lower", split="integer",
+                     check_ends=False, size=r.size)
+  np.testing.assert_array_equal(out.x, r)
+  probes = np.concatenate(seen)
+  assert np.all(probes == np.floor(probes)) and np.all((probes >= 2.0**40) & (probes <= top))
+  assert len(seen) <= 54
+
+
+@pytest.mark.parametrize("sigma", [5000.0])
+def test_sampler_steps_beyond_2_pow_40(sigma):
+  """calibrate.steps for a sampler whose budget lasts past 2**40 steps (the
+  sampler search's end) is finished by the root finder's integer mode: the
+  answer fits and one more step does not, by the public ε."""
+  import jaxdp
+  from jaxdp import calibrate, sampling
+  s = sampling.shuffle(10**6, 1)
+  t = calibrate.steps(3.0, 1e-5, s, sigma)
+  assert isinstance(t, np.integer) and 2**40 < t < calibrate.MAX_STEPS
+  assert jaxdp.epsilon(s, sigma, int(t), 1e-5) <= 3.0 < jaxdp.epsilon(s, sigma, int(t) + 1, 1e-5)

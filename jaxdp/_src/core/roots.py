@@ -87,7 +87,9 @@ def _split(lo, hi, split):
   if split == "geometric":
     return np.sqrt(lo * hi)
   if split == "integer":
-    return np.floor((lo + hi) / 2.0)
+    # lo + ⌊(hi − lo)/2⌋, not ⌊(lo + hi)/2⌋: for whole numbers in [0, 2**53]
+    # every term is exact (lo + hi can round above 2**53 and stall the split).
+    return lo + np.floor((hi - lo) / 2.0)
   return 0.5 * (lo + hi)
 
 
@@ -325,6 +327,45 @@ class Illinois:
     if self.a is None or not math.isfinite(self.ga) or not math.isfinite(self.gb):
       return None
     return self.a + (self.b - self.a) * self.ga / (self.ga - self.gb)
+
+
+class Probed:
+  """A scalar host bracket [yi, yf] of a non-increasing g, with a caller's
+  probe schedule (the fine phase of the tight calibration).
+
+  ``yf`` is the smallest y evaluated feasible (g <= 0; the certified end
+  with ``certified="upper"``; it may start at a point known feasible from
+  elsewhere), ``yi`` the largest y evaluated infeasible (None before any).
+  :meth:`add` records an evaluation and moves the end it proves;
+  :meth:`false_position` interpolates between the two ends where both were
+  evaluated here, kept a fraction ``margin`` of the width inside;
+  :meth:`closed` says whether the bracket is at most ``tol`` wide. Only
+  evaluated points ever become ends, so the answer ``yf`` meets the target
+  by the evaluating function."""
+
+  def __init__(self, yf):
+    self.yi, self.yf = None, yf
+    self.g_at = {}      # g of the points evaluated here, by y
+
+  def add(self, y, feasible, g):
+    self.g_at[y] = g
+    if feasible:
+      self.yf = y
+    else:
+      self.yi = y
+
+  def closed(self, tol):
+    return self.yi is not None and self.yf - self.yi <= tol
+
+  def false_position(self, margin=0.05):
+    """The interpolated root strictly inside the bracket, or None."""
+    yi, yf, g = self.yi, self.yf, self.g_at
+    if yi not in g or yf not in g or not math.isfinite(g[yi] - g[yf]):
+      return None
+    fp = yi + (yf - yi) * g[yi] / (g[yi] - g[yf])
+    if yi + margin * (yf - yi) < fp < yf - margin * (yf - yi):
+      return fp
+    return None
 
 
 # --- In-jit mode: a batched safeguarded secant / bisection (lax.while_loop) ---

@@ -298,24 +298,24 @@ def _as_steps(t):
 
 def _sampler_steps(sampler, target_epsilon, delta, sigma, accountant):
   """calibrate.steps for a sampler: its galloping search (up to 2**40), then,
-  where that fits, the rest of [0, MAX_STEPS] by the same ε."""
+  where that fits, the rest of [0, MAX_STEPS] by the same ε (the root
+  finder's integer bisection, exact up to 2**53)."""
   from jaxdp._src.solvers import sampler_calibrate as _sampler_calibrate  # pylint: disable=g-import-not-at-top
   t = float(_sampler_calibrate.calibrate_steps(sampler, target_epsilon, delta, sigma, accountant))
   if math.isfinite(t):
     return _as_steps(t)
-  lo, hi = 2 ** 40, MAX_STEPS + 1   # fits(lo); hi: the first count beyond the domain
 
-  def fits(steps_):
-    e = _sampler_calibrate.epsilon(sampler, sigma, float(steps_), delta, accountant)
-    return float(e) <= float(target_epsilon)
+  def fits(steps_, idx=None):
+    e = _sampler_calibrate.epsilon(sampler, sigma, float(np.reshape(steps_, -1)[0]), delta,
+                                   accountant)
+    return np.array([float(e) <= float(target_epsilon)])
 
-  if fits(MAX_STEPS):
-    return _as_steps(MAX_STEPS)
-  hi = MAX_STEPS
-  while hi - lo > 1:
-    mid = (lo + hi) // 2
-    lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-  return _as_steps(lo)
+  if fits(_MAX_STEPS)[0]:
+    return _as_steps(_MAX_STEPS)
+  # 2**40 fits (the galloping search ended there), MAX_STEPS does not.
+  r = roots.bisect(fits, 2.0**40, _MAX_STEPS, tol=1, certified="lower", split="integer",
+                   check_ends=False)
+  return _as_steps(r.x[0])
 
 
 def steps(target_epsilon, delta, q, sigma, *, accountant: str = "rdp", orders=None):

@@ -185,11 +185,12 @@ def _coarse_root(ev, u, target, yf, slope):
   return min(max(root, u.y_lo), yf), slope
 
 
-def _fine_probe(k, u, yi, yf, root, tolx, g_at):
+def _fine_probe(k, u, br, root, tolx):
   """The next fine probe of :func:`_fine` and whether it is expected
   infeasible: e^{±0.45·rtol} around the secant root for the first
   ``_SECANT_FINE`` probes; then safeguarded false position, or halving, or
   (no infeasible end yet) widening steps down."""
+  yi, yf = br.yi, br.yf
   a = u.y_lo if yi is None else yi
   if k < _SECANT_FINE and a < root < yf:
     below = yi is None or yf - root <= 0.45 * tolx * 1.01
@@ -197,10 +198,8 @@ def _fine_probe(k, u, yi, yf, root, tolx, g_at):
     if yi is not None:   # strictly inside the bracket
       p = min(max(p, yi + 0.01 * (yf - yi)), yf - 0.01 * (yf - yi))
     return min(p, yf - 0.01 * tolx), below
-  fp = None   # false position between the bracket's ends, kept off them by 5%
-  if yi in g_at and yf in g_at and math.isfinite(g_at[yi] - g_at[yf]):
-    fp = yi + (yf - yi) * g_at[yi] / (g_at[yi] - g_at[yf])
-  if fp is not None and yi + 0.05 * (yf - yi) < fp < yf - 0.05 * (yf - yi):
+  fp = br.false_position(0.05)   # between the bracket's ends, kept off them by 5%
+  if fp is not None:
     return fp, False
   if yi is not None:
     return 0.5 * (yi + yf), False
@@ -209,15 +208,15 @@ def _fine_probe(k, u, yi, yf, root, tolx, g_at):
 
 def _fine(ev, u, target, yf, root, slope, tolx):
   """Fine phase of :func:`_solve` (the grid jaxdp epsilon uses): only these
-  probes move the answer's bracket (yi, yf). Returns (yf, yi, certified,
-  seen, slope)."""
-  yi, last, certified, seen = None, None, None, None
-  g_at = {}            # g of the fine probes, by y
+  probes move the answer's bracket (yi, yf), a :class:`roots.Probed`.
+  Returns (yf, yi, certified, seen, slope)."""
+  br = roots.Probed(yf)
+  last, certified, seen = None, None, None
   for k in range(_MAX_FINE):
-    if yi is not None and yf - yi <= tolx:
+    if br.closed(tolx):
       break
-    p, below = _fine_probe(k, u, yi, yf, root, tolx, g_at)
-    p = _snap(u, p, yi, yf)
+    p, below = _fine_probe(k, u, br, root, tolx)
+    p = _snap(u, p, br.yi, br.yf)
     if p is None:          # no evaluable point left inside the bracket
       break
     if below:   # expected infeasible: its lower bound may certify an end
@@ -226,22 +225,18 @@ def _fine(ev, u, target, yf, root, slope, tolx):
     else:
       e_lo, e = 0.0, ev.upper(p)
     g = _g(e, target) if math.isfinite(e) else _G_INF
-    g_at[p] = g
-    if e <= target:
-      yf = p
-    else:
-      yi = p
-      if e_lo > target:
-        certified = p if certified is None else max(certified, p)
+    br.add(p, e <= target, g)
+    if not e <= target and e_lo > target:
+      certified = p if certified is None else max(certified, p)
     if math.isfinite(e):
       if last is not None and abs(p - last[0]) > 0.2 * tolx:
         sl = (g - last[1]) / (p - last[0])
         slope = sl if sl < -1e-3 else slope
       last = (p, g)
       root = p - g / slope
-    if yi is None and p <= u.y_lo:
+    if br.yi is None and p <= u.y_lo:
       break                # feasible down to the end of the range
-  return yf, yi, certified, seen, slope
+  return br.yf, br.yi, certified, seen, slope
 
 
 def _close(ev, u, target, yf, yi, certified, seen, slope, tolx, rtol):
