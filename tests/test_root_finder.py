@@ -17,6 +17,7 @@ import pytest
 
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.core import roots
+from jaxdp._src.core import roots_scalar
 
 
 class _Counted:
@@ -148,7 +149,7 @@ def test_illinois_false_position():
   """g(y) = 1 - y: the interpolated root of a sign-change bracket is 1; an
   end kept twice has its g halved (Illinois), so the next estimate moves
   towards the end that has not moved; no estimate before a sign change."""
-  br = roots.Illinois(3.0, -2.0)          # feasible end: g(3) = -2
+  br = roots_scalar.Illinois(3.0, -2.0)          # feasible end: g(3) = -2
   assert br.false_position() is None
   br.add(0.0, 1.0)                        # infeasible end: g(0) = 1
   assert br.false_position() == pytest.approx(1.0, abs=1e-15)
@@ -156,6 +157,23 @@ def test_illinois_false_position():
   br.add(1.5, -0.5)                       # ... twice: g(a) is halved
   assert (br.a, br.b) == (0.0, 1.5) and br.ga == 0.5
   assert 0.0 < br.false_position() < 1.0
+
+
+def test_probed_bracket_moves_only_to_evaluated_ends():
+  """g(y) = 1 - y (root 1), feasible start 3 not evaluated here: no false
+  position until both ends were evaluated by the bracket; then the
+  interpolated root, or None where it falls within the margin of an end;
+  closed() once the ends are within tol."""
+  br = roots_scalar.Probed(3.0)
+  assert br.yi is None and not br.closed(10.0) and br.false_position() is None
+  br.add(0.0, False, 1.0)
+  assert (br.yi, br.yf) == (0.0, 3.0) and br.false_position() is None   # g(3) unknown
+  br.add(2.0, True, -1.0)
+  assert br.false_position() == pytest.approx(1.0, abs=1e-15)
+  br.add(0.97, False, 0.03)     # root at 3% of the width from yi: inside a 5% margin
+  assert br.false_position(0.05) is None
+  assert br.false_position(0.01) == pytest.approx(1.0, abs=1e-12)
+  assert not br.closed(1.0) and br.closed(1.03 + 1e-12)
 
 
 def test_step_up_checks_as_returned():

@@ -39,7 +39,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from jaxdp._src.core import numerics as nx
-from jaxdp._src.core import roots
+from jaxdp._src.core import roots_scalar
 from jaxdp._src.mechanisms.registry import poisson_phases
 
 _COARSE_GRID = 1e-2     # pld_general rtol of the probes far from the root
@@ -158,7 +158,7 @@ def _coarse_root(ev, u, target, yf, slope):
     e = ev.upper(y, _COARSE_GRID)
     g = _g(e, target) if math.isfinite(e) else _G_INF
     if br is None:
-      br = roots.Illinois(y, g) if g <= 0 else None
+      br = roots_scalar.Illinois(y, g) if g <= 0 else None
       if br is None:       # the PLD is no tighter than RDP here: the answer is at the start
         break
     else:
@@ -208,9 +208,9 @@ def _fine_probe(k, u, br, root, tolx):
 
 def _fine(ev, u, target, yf, root, slope, tolx):
   """Fine phase of :func:`_solve` (the grid jaxdp epsilon uses): only these
-  probes move the answer's bracket (yi, yf), a :class:`roots.Probed`.
+  probes move the answer's bracket (yi, yf), a :class:`roots_scalar.Probed`.
   Returns (yf, yi, certified, seen, slope)."""
-  br = roots.Probed(yf)
+  br = roots_scalar.Probed(yf)
   last, certified, seen = None, None, None
   for k in range(_MAX_FINE):
     if br.closed(tolx):
