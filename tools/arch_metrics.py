@@ -15,7 +15,10 @@ Counts, over the package's modules (``jaxdp`` by default):
   imports inside functions included (their sizes);
 * root finders: functions whose names say they solve or bisect (a heuristic
   list, printed for review), and the bracketing loops themselves (a loop
-  updating both ends of a bracket), those outside ``core/`` listed.
+  updating both ends of a bracket), those outside ``core/`` listed;
+* test files (every ``.py`` under ``tests/`` beside the package) that import
+  ``jaxdp._src`` instead of the public modules (for private names and
+  monkeypatches of the module that reads them).
 """
 
 from __future__ import annotations
@@ -199,6 +202,38 @@ def _sccs(edges):
   return out
 
 
+def _imports_src(tree):
+  """Whether a module imports ``jaxdp._src`` (anywhere, inside functions too)
+  or reads it as ``jaxdp._src``."""
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import) and any(
+        a.name == "jaxdp._src" or a.name.startswith("jaxdp._src.") for a in node.names):
+      return True
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
+        node.module == "jaxdp._src" or node.module.startswith("jaxdp._src.")
+        or (node.module == "jaxdp" and any(a.name == "_src" for a in node.names))):
+      return True
+    if (isinstance(node, ast.Attribute) and node.attr == "_src"
+        and isinstance(node.value, ast.Name) and node.value.id == "jaxdp"):
+      return True
+  return False
+
+
+def _tests_importing_src(tests_dir):
+  """The test files (every ``.py`` under ``tests_dir``) that import the
+  implementation ``jaxdp._src`` rather than the public modules, and how many
+  files there are."""
+  users, total = [], 0
+  for root, _, files in os.walk(tests_dir):
+    for f in sorted(files):
+      if f.endswith(".py"):
+        total += 1
+        path = os.path.join(root, f)
+        if _imports_src(ast.parse(open(path, encoding="utf-8").read())):
+          users.append(os.path.relpath(path, tests_dir))
+  return sorted(users), total
+
+
 def _layer(module):
   """The layer of a module: ``jaxdp._src.<layer>...``, or ``public`` above them."""
   parts = module.split(".")
@@ -228,6 +263,10 @@ def main(argv):
   outside = [f for f in r["loops"] if ".core." not in f]
   print(f"bracketing loops (a loop updating both ends of a bracket): {len(r['loops'])}, "
         f"{len(outside)} outside core/  " + ", ".join(outside))
+  tests_dir = os.path.join(os.path.dirname(os.path.normpath(pkg_dir)), "tests")
+  if os.path.isdir(tests_dir):
+    private_users, n_files = _tests_importing_src(tests_dir)
+    print(f"test files importing jaxdp._src: {len(private_users)} of {n_files} (tests/**/*.py)")
 
 
 if __name__ == "__main__":

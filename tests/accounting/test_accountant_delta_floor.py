@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 
 import jaxdp
-from jaxdp._src.core import numerics as _numerics
 from jaxdp import accountant as A
 from jaxdp import events as E
 
@@ -49,7 +48,7 @@ def _all_top_loss_delta(p_top, loss, steps, eps):
 
 
 def _state64(acc, events):
-  with _numerics.x64():
+  with jax.enable_x64(True):
     st = acc.init()
     for ev, n in events:
       st = acc.compose(st, ev, n)
@@ -57,7 +56,7 @@ def _state64(acc, events):
 
 
 def _delta64(acc, st, eps):
-  with _numerics.x64():
+  with jax.enable_x64(True):
     return np.asarray(jax.jit(acc.delta)(st, jnp.asarray(eps, jnp.float64)), np.float64)
 
 
@@ -167,7 +166,7 @@ def test_pure_epsilon_survives_scan_vmap_and_traced_counts():
   """Traced events and counts: scan over steps, vmap over q (q = 0 releases
   nothing: δ stays 0), a traced count of 0 (0 · ∞ is not NaN)."""
   acc = A.rdp()
-  with _numerics.x64():
+  with jax.enable_x64(True):
     def run(q, sigma, counts):
       def step(st, c):
         return acc.compose(st, E.SampledGaussian(q, sigma), c), None
@@ -206,7 +205,7 @@ def test_pure_epsilon_float32_batches_and_rounding_up():
 
 def test_event_pure_epsilon_values():
   """Closed forms of each event's pure-DP ε (float64)."""
-  with _numerics.x64():
+  with jax.enable_x64(True):
     pe = lambda ev: float(A.event_pure_epsilon(ev, jnp.float64))  # noqa: E731
     assert pe(E.PureDP(0.7)) == pytest.approx(0.7, rel=1e-14) and pe(E.PureDP(0.7)) >= 0.7
     assert pe(E.Laplace(0.5)) >= 2.0
@@ -257,7 +256,7 @@ def test_optax_in_jit_read_is_floored():
   got = np.asarray(jax.jit(dpo.delta)(st, eps), np.float64)
   host = np.asarray(jaxdp.delta(1.0, 1.0, 1, np.asarray(eps, np.float64)), np.float64)
   assert np.all(got >= host) and np.all(got == TINY32)    # host: 5.45e-39, 4.9e-85, tiny64
-  with _numerics.x64():
+  with jax.enable_x64(True):
     st = one_step()
     got = np.asarray(jax.jit(dpo.delta)(st, jnp.array([60.0, 200.0])), np.float64)
   np.testing.assert_array_equal(got, np.full(2, TINY64))

@@ -15,8 +15,8 @@ from scipy import stats
 
 import jaxdp
 from jaxdp import events as E
+from jaxdp import mechanisms
 from jaxdp import pld_accountant as PA
-from jaxdp._src.mechanisms import registry as _registry
 
 HETERO = [
     [(E.SampledGaussian(0.01, 1.0), 300), (E.Laplace(20.0), 10), (E.DiscreteGaussian(30.0), 5)],
@@ -45,7 +45,7 @@ def test_batch_matches_the_accountant_state_by_state():
   for i, phases in enumerate(configs):
     acc, st = _state(phases)
     l1, u1 = acc.epsilon(st, 1e-5, return_bounds=True)
-    if all(_registry.fast_pld_params(ev) is not None for ev, _ in phases):
+    if all(mechanisms.fast_pld_params(ev) is not None for ev, _ in phases):
       np.testing.assert_allclose([lo[i], up[i]], [l1, u1], rtol=1e-12, atol=0.0, err_msg=str(i))
     else:   # one mixed question: the general engine; in a batch: the kernel
       assert lo[i] <= u1 and l1 <= up[i], (i, lo[i], up[i], l1, u1)

@@ -524,8 +524,7 @@ def _check_float32(batch):
   # 0.2002 against 0.2100; found by hypothesis). Its float32 value is checked
   # against the same read-out in float64, and that one against the minimum
   # over every real order (the chord lies above the true curve).
-  from jaxdp._src.core import numerics as _numerics  # pylint: disable=g-import-not-at-top
-  with _numerics.x64():
+  with jax.enable_x64(True):
     a_ref = np.asarray(acc_eps(*(jnp.asarray(x) for x in (q64, s64, t64, d64))), np.float64)
   every_order = eps_batch(q64, s64, t64, d64, orders=None)
   assert np.all(a_ref >= every_order * (1 - 1e-9)), (a_ref, every_order)

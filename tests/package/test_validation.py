@@ -9,6 +9,7 @@ before any computation, so the whole file is fast.
 """
 
 
+import jax
 import numpy as np
 import pytest
 
@@ -107,7 +108,7 @@ def test_top_level_shapes_orders_and_options():
 
 def test_rdp_kernels_document_nan_and_reject_bad_method():
   # Pure kernels do not raise on values (they may be traced): α <= 1 is NaN.
-  with jaxdp._src.core.numerics.x64():  # pylint: disable=protected-access
+  with jax.enable_x64(True):
     out = np.asarray(rdp.sampled_gaussian(0.1, 1.0, np.array([1.0, 0.5, 2.0])))
   assert np.isnan(out[:2]).all() and np.isfinite(out[2])
   _expect(lambda: rdp.to_epsilon(np.ones(3), np.array([2.0, 3.0, 4.0]), 1e-5, method="x"),
