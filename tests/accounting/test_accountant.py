@@ -221,7 +221,6 @@ def test_bad_orders():
 
 
 def test_pld_delegates(monkeypatch):
-  from jaxdp import pld_accountant
   monkeypatch.setattr(pld_accountant_impl, "make_accountant", lambda **kw: ("pld", kw))
   assert A.pld(value_discretization_interval=1e-3) == (
       "pld", {"value_discretization_interval": 1e-3})

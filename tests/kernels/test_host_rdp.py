@@ -10,7 +10,7 @@ import pytest
 from jax import monitoring
 
 import jaxdp
-from jaxdp import calibrate, rdp
+from jaxdp import calibrate
 from jaxdp._src.kernels import rdp_driver as _rdp_driver
 from jaxdp._src.accounting import rate as _rate
 from jaxdp._src.solvers import boundary_eval as _calibrate_boundary

@@ -225,7 +225,6 @@ def test_cli_one_question_no_worse_than_python():
   q = 1e-3, σ = 1, T = 10⁵, δ = 1e-12, [2.7956, 3.0570]) it takes the
   batched path's best answer too, so it reports what Python reports
   (pre-change the CLI said 3.0570 and jaxdp.epsilon(..., "pld") 3.2007)."""
-  from jaxdp._src.kernels import rdp_driver as _rdp_driver
   from jaxdp._src.accounting import rate as _rate
   q, s, t, d = ROW3[2]
   lo, up, rdp_up = _rate.tight_one("epsilon", q, s, t, d)
@@ -242,7 +241,6 @@ def test_rdp_epsilon_floor_is_below_the_full_value_over_the_domain():
   clause) it is not compared: the floor is used only where ε > 0 is
   certified."""
   from jaxdp._src.kernels import rdp_driver as _rdp_driver
-  from jaxdp._src.accounting import rate as _rate
   from jaxdp._src.kernels import host_rdp as _host_rdp
   from jaxdp._src.core.numerics import x64
   rng = np.random.default_rng(35)

@@ -117,7 +117,6 @@ def test_failed_lower_edge_search_falls_back_to_the_certified_zero(monkeypatch):
   returns +inf (what an underflow in the search produced once) gets the
   trivially certified edge (node 0 of the T-fold sum), never the
   pessimistic PMF's uncertified one."""
-  from jaxdp import pld
   real = ps._chernoff_edges
 
   def broken(p, steps, h, lay, upper, order=None, log_inv=None):

@@ -19,7 +19,6 @@ from jaxdp._src.core import numerics as nx
 from jaxdp._src.pld import run as _pld_run
 from jaxdp import calibrate
 from jaxdp import pairs
-from jaxdp import pld
 from jaxdp._src.pld import kernel as pld_impl
 
 DELTA = 1e-5
