@@ -18,6 +18,9 @@ os.environ.setdefault("JAXDP_STRICT_GUARDS", "1")
 _CACHE = os.environ.setdefault(
     "JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), "jaxdp-test-jax-cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+# jaxdp's own executables (jaxdp._src.core.persist) go beside it, not into the
+# user's ~/.cache.
+os.environ.setdefault("JAXDP_CACHE_DIR", os.path.join(tempfile.gettempdir(), "jaxdp-test-cache"))
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests/reference.py
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))  # `from tests import ...`
@@ -41,6 +44,8 @@ def _release_compiled_programs():
   """
   yield
   jax.clear_caches()
+  from jaxdp._src.core import persist
+  persist.clear_memory()
 
 
 @pytest.fixture(autouse=True)

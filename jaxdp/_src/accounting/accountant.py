@@ -47,6 +47,7 @@ from jaxdp._src.core import numerics as _numerics
 from jaxdp._src.kernels import cdp as _cdp
 from jaxdp._src import events as _events
 from jaxdp._src.mechanisms.registry import event_pure_epsilon, event_rdp, event_rho
+from jaxdp._src.core import persist
 
 __all__ = [
     "Accountant",
@@ -219,7 +220,7 @@ def _host_sampled_gaussian_kernel(orders_bytes: bytes):
   """A jitted sampled-Gaussian RDP kernel per order grid (shared compile cache)."""
   from jaxdp._src.kernels import rdp as _rdp  # pylint: disable=g-import-not-at-top
   orders = np.frombuffer(orders_bytes, dtype=np.float64)
-  return jax.jit(
+  return persist.jit(
       lambda q, sigma: _rdp.sampled_gaussian(q[..., None], sigma[..., None], orders))
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from jaxdp._src.core import numerics as _numerics
 from jaxdp._src.accounting import accountant as _accountant
 from jaxdp._src import events as _events
+from jaxdp._src.core import persist
 
 
 # --------------------------------------------------------------------------
@@ -171,7 +172,7 @@ def _build_table(schedule, name):
   # The host's sampler answer: the grid minimum over DEFAULT_ORDERS.
   orders = np.asarray(_rdp.DEFAULT_ORDERS, np.float64)
   with jax.ensure_compile_time_eval(), _numerics.x64():
-    curve = jax.jit(lambda: _accountant.event_rdp(event, orders, jnp.float64))()
+    curve = persist.jit(lambda: _accountant.event_rdp(event, orders, jnp.float64))()
     curve = np.asarray(curve, np.float64)
   return orders, curve
 

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 
 from jaxdp._src.core import numerics as _numerics
 from jaxdp._src.kernels.cdp_common import dual_mode, common_float, golden_min
+from jaxdp._src.core import persist
 
 __all__ = [
     "gaussian",
@@ -265,7 +266,7 @@ def _epsilon_at_order(rho, log_inv_delta, alpha_m1):
   return value + _numerics.rounding_allowance(scale, value)
 
 
-@functools.partial(jax.jit, static_argnames="method")
+@functools.partial(persist.jit, static_argnames="method")
 def _rho_to_epsilon_kernel(rho, delta, method="improved"):
   rho, delta = common_float(rho, delta)
   rho, delta = jnp.broadcast_arrays(rho, delta)
@@ -321,7 +322,7 @@ def _log_delta_at_order(rho, epsilon, alpha_m1):
   return value + _numerics.rounding_allowance(sum(jnp.abs(p) for p in parts), value)
 
 
-@functools.partial(jax.jit, static_argnames="method")
+@functools.partial(persist.jit, static_argnames="method")
 def _rho_to_delta_kernel(rho, epsilon, method="improved"):
   rho, epsilon = common_float(rho, epsilon)
   rho, epsilon = jnp.broadcast_arrays(rho, epsilon)
@@ -398,7 +399,7 @@ def rho_for_epsilon(epsilon, delta, method="improved"):
   return _rho_for_epsilon_kernel(epsilon, delta, method)
 
 
-@functools.partial(jax.jit, static_argnames="method")
+@functools.partial(persist.jit, static_argnames="method")
 def _rho_for_epsilon_kernel(epsilon, delta, method):
   epsilon, delta = common_float(epsilon, delta)
   epsilon, delta = jnp.broadcast_arrays(epsilon, delta)

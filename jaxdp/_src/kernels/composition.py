@@ -26,6 +26,7 @@ import numpy as np
 
 from jaxdp._src.core import numerics as _numerics
 from jaxdp._src.kernels.cdp_common import dual_mode, common_float
+from jaxdp._src.core import persist
 
 __all__ = [
     "basic",
@@ -156,7 +157,7 @@ def _log_delta_pure(epsilon, k, epsilon_total, ls):
   return lse - k[..., 0] * _numerics.softplus(epsilon[..., 0])
 
 
-@jax.jit
+@persist.jit
 def _delta_total(epsilon, delta, k, epsilon_total, ls):
   log_dp = _log_delta_pure(epsilon[..., None], k[..., None],
                            epsilon_total[..., None], ls)
@@ -230,7 +231,7 @@ def optimal_homogeneous_epsilon(epsilon, delta, k, delta_total, tol=1e-12):
   return _kov_epsilon_kernel(epsilon, delta, k, target, ls, iters)
 
 
-@functools.partial(jax.jit, static_argnames="iters")
+@functools.partial(persist.jit, static_argnames="iters")
 def _kov_epsilon_kernel(epsilon, delta, k, target, ls, iters):
   lo = jnp.zeros_like(epsilon)
   hi = k * epsilon

@@ -27,7 +27,6 @@ from __future__ import annotations
 import functools
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -35,6 +34,7 @@ from jaxdp._src.core import numerics as nx
 from jaxdp._src.kernels import rdp
 from jaxdp._src.kernels import rdp_convert
 from jaxdp._src.kernels import rdp_quadrature
+from jaxdp._src.core import persist
 
 # Golden-section iterations (one RDP evaluation each). The bracket in
 # u = log(α-1) shrinks by 0.618 per iteration; 22 leave ~2e-5 of a grid gap,
@@ -53,7 +53,7 @@ def _value(kind, method, nodes, q, sigma, steps, x, alpha, xp=jnp):
   return rdp_convert.to_delta_xp(total, alpha[:, None], x, xp)
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "method", "nodes", "iterations",
+@functools.partial(persist.jit, static_argnames=("kind", "method", "nodes", "iterations",
                                              "with_argmin"))
 def golden_minimum(q, sigma, steps, x, lo, hi, *, kind, method, nodes, iterations=ITERATIONS,
                    with_argmin=False):

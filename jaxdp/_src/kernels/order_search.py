@@ -49,6 +49,7 @@ import numpy as np
 from jaxdp._src.kernels import rdp
 from jaxdp._src.kernels import rdp_binomial
 from jaxdp._src.kernels import rdp_convert
+from jaxdp._src.core import persist
 
 # Integer orders up to this are always evaluated (exact sums, ≤ 63 terms).
 _BASE_MAX = 64
@@ -191,7 +192,7 @@ def _bounds(table, known, q, sigma, orders):
   return rdp_lo, rdp_hi
 
 
-@functools.partial(jax.jit, static_argnames=("orders", "kind", "method"))
+@functools.partial(persist.jit, static_argnames=("orders", "kind", "method"))
 def _candidates(table, known, q, sigma, steps, x, *, orders, kind, method):
   """Orders that may still be the minimiser, and the most promising of them.
 
@@ -237,7 +238,7 @@ def _probes(cand, score, beyond):
   return np.where(cand.any(axis=1), probe, -1)
 
 
-@functools.partial(jax.jit, static_argnames=("orders", "kind", "method"))
+@functools.partial(persist.jit, static_argnames=("orders", "kind", "method"))
 def _minimum(table, steps, x, *, orders, kind, method):
   """min over evaluated orders (unevaluated entries are +inf), and the index
   of the order attaining it."""
@@ -249,7 +250,7 @@ def _minimum(table, steps, x, *, orders, kind, method):
   return rdp.to_delta(total, orders, x), best
 
 
-@functools.partial(jax.jit, static_argnames=("orders",))
+@functools.partial(persist.jit, static_argnames=("orders",))
 def _exact_pairs(q, sigma, index, *, orders):
   """Per-step RDP at one integer order per element (exact binomial sum)."""
   q, sigma, log_q, log_1mq, dtype = rdp._prep(q, sigma)

@@ -39,6 +39,7 @@ from jax.scipy.special import log_ndtr
 from scipy import special as _sps
 
 from jaxdp._src.core import numerics as nx
+from jaxdp._src.core import persist
 
 __all__ = [
     "gaussian",
@@ -184,7 +185,7 @@ def _gaussian_log_delta(epsilon, theta, xp=jnp):
   return _gaussian_parts(epsilon, theta, xp)[0]
 
 
-_gaussian_log_delta_jit = jax.jit(_gaussian_log_delta)
+_gaussian_log_delta_jit = persist.jit(_gaussian_log_delta)
 
 
 # --------------------------------------------------------------------------
@@ -269,7 +270,7 @@ def gaussian_epsilon(delta, sigma, sensitivity=1.0):
   return _gaussian_epsilon_core(*_as_float(delta, sigma, sensitivity)[:3])
 
 
-@jax.jit
+@persist.jit
 def _gaussian_epsilon_core(delta, sigma, sensitivity):
   dtype = delta.dtype
   delta, sigma, sensitivity = jnp.broadcast_arrays(delta, sigma, sensitivity)
@@ -332,7 +333,7 @@ def analytic_gaussian_sigma(epsilon, delta, sensitivity=1.0):
   return _analytic_gaussian_core(*_as_float(epsilon, delta, sensitivity)[:3])
 
 
-@jax.jit
+@persist.jit
 def _analytic_gaussian_core(epsilon, delta, sensitivity):
   dtype = epsilon.dtype
   epsilon, delta, sensitivity = jnp.broadcast_arrays(epsilon, delta, sensitivity)
@@ -467,7 +468,7 @@ def _sampled_gaussian_log_delta(epsilon, q, sigma, direction, xp=jnp):
   return out[0] if len(out) == 1 else xp.maximum(out[0], out[1])
 
 
-_sampled_gaussian_core = jax.jit(_sampled_gaussian_log_delta, static_argnames=("direction", "xp"))
+_sampled_gaussian_core = persist.jit(_sampled_gaussian_log_delta, static_argnames=("direction", "xp"))
 
 
 def sampled_gaussian(epsilon, q, sigma, direction="max"):

@@ -50,6 +50,7 @@ from jaxdp._src.kernels.rdp_convert import (to_delta, to_delta_refined, to_epsil
 from jaxdp._src.kernels.rdp_quadrature import (NODES_PER_WINDOW, quadrature_log1p,
                                                log_a_minus_1_quadrature,
                                                log_a_minus_1_quadrature_impl)
+from jaxdp._src.core import persist
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -202,10 +203,10 @@ def _static_kernel(shape, values, nodes):
     q, sigma, log_q, log_1mq, dtype = _prep(q, sigma)
     return _sampled_gaussian_static(q, sigma, log_q, log_1mq, alpha_np, dtype, nodes)
 
-  return jax.jit(run)
+  return persist.jit(run)
 
 
-@functools.partial(jax.jit, static_argnames=("nodes",))
+@functools.partial(persist.jit, static_argnames=("nodes",))
 def _traced_kernel(q, sigma, alpha, nodes):
   return quadrature_rdp(q, sigma, alpha, nodes)
 
@@ -318,7 +319,7 @@ def _log_a_minus_1_orders(lq, l1, s, orders, nodes):
 def _orders_kernel(orders: tuple, nodes: int):
   """One jitted program per order set (compiled once, cached)."""
   orders = np.asarray(orders)
-  return jax.jit(lambda lq, l1, s: _orders_impl(lq, l1, s, orders, nodes))
+  return persist.jit(lambda lq, l1, s: _orders_impl(lq, l1, s, orders, nodes))
 
 
 def _orders_impl(lq, l1, s, orders, nodes):

@@ -24,6 +24,7 @@ from jaxdp._src.core import numerics as nx
 from jaxdp._src.kernels import rdp_common
 from jaxdp._src.kernels.rdp_wor import (_MAX_FD_ORDER, _check_common, _dtype_of, _expand_table, _log_forward_differences,
                             _lse, _np_lgamma)
+from jaxdp._src.core import persist
 
 # Order n of the power-mean bound used for random allocation beyond order
 # _MAX_FD_ORDER (cost ∝ n², looseness ∝ α/n - 1).
@@ -201,7 +202,7 @@ def balls_in_bins_gaussian_epoch(dataset_size, batch_size, sigma, alpha, directi
   return jnp.where(a > 1.0, out, jnp.nan).astype(dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("nmax", "nbits", "big"))
+@functools.partial(persist.jit, static_argnames=("nmax", "nbits", "big"))
 def _bins_kernel(k, sigma, alpha, nmax, nbits, big):
   """(α-1)-scaled RDP bounds of the two directions: (log E[M^α], log E[M^{1-α}])."""
   k_s, sigma_s = jnp.broadcast_arrays(k, sigma)

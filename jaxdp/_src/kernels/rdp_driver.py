@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -20,6 +19,7 @@ from jaxdp._src.core import numerics as nx
 from jaxdp._src.kernels import continuous_order as _continuous_order
 from jaxdp._src.kernels import order_search as _order_search
 from jaxdp._src.kernels.rdp import _nodes_for as rdp_nodes_for
+from jaxdp._src.core import persist
 
 
 _CHUNK = 2048
@@ -49,7 +49,7 @@ def _chunk_fn(kind: str, orders_key, method: str, nodes: int):
     fn = lambda q, s, t, x: rdp.dpsgd_epsilon(q, s, t, x, orders, method, _nodes=nodes)
   else:
     fn = lambda q, s, t, x: rdp.dpsgd_delta(q, s, t, x, orders, _nodes=nodes)
-  return jax.jit(fn)
+  return persist.jit(fn)
 
 
 # Chunk lengths: every call pads to one of these, so a few configurations,

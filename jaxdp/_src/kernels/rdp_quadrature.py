@@ -20,6 +20,7 @@ import numpy as np
 
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.kernels.rdp_common import log_sum_exp
+from jaxdp._src.core import persist
 
 
 # Quadrature nodes per window (two windows per evaluation).
@@ -289,7 +290,7 @@ def _recentred_high(z, x, e, o: _Order, s2, log_q, log_1mq, xp=jnp):
           sp)
 
 
-@functools.partial(jax.jit, static_argnames=("nodes",))
+@functools.partial(persist.jit, static_argnames=("nodes",))
 def log_a_minus_1_quadrature(log_q, log_1mq, sigma, alpha, nodes=NODES_PER_WINDOW):
   """Jitted :func:`log_a_minus_1_quadrature_impl` (``jnp``)."""
   return log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes)

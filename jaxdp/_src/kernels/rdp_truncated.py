@@ -25,6 +25,7 @@ from jaxdp._src.core import numerics as nx
 from jaxdp._src.kernels import rdp
 from jaxdp._src.kernels import rdp_common
 from jaxdp._src.kernels.rdp_wor import _check_common, _dtype_of, _lse, _tol
+from jaxdp._src.core import persist
 
 # Terms summed on each side of the binomial tail (static size).
 _TAIL_TERMS = 4096
@@ -271,7 +272,7 @@ def truncated_poisson_pair(dataset_size, q, capacity) -> TruncatedPoissonPair:
   return _pair_kernel(*(jnp.asarray(x).astype(dtype) for x in (dataset_size, q, capacity)))
 
 
-@jax.jit
+@persist.jit
 def _pair_kernel(n, q, cap):
   dtype = q.dtype
   n, q, cap = jnp.broadcast_arrays(n, q, cap)
@@ -329,10 +330,10 @@ def truncated_poisson_gaussian(dataset_size, q, capacity, sigma, alpha):
 def _truncated_static(shape, values):
   """Jitted kernel for one concrete order array (exact integer-order paths)."""
   alpha_np = np.asarray(values, np.float64).reshape(shape)
-  return jax.jit(lambda n, q, cap, sigma: _truncated_impl(n, q, cap, sigma, alpha_np))
+  return persist.jit(lambda n, q, cap, sigma: _truncated_impl(n, q, cap, sigma, alpha_np))
 
 
-@jax.jit
+@persist.jit
 def _truncated_traced(n, q, cap, sigma, alpha):
   return _truncated_impl(n, q, cap, sigma, alpha)
 

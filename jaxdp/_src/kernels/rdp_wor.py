@@ -24,6 +24,7 @@ from jaxdp._src.core import numerics as nx
 from jaxdp._src.kernels import rdp
 from jaxdp._src.kernels import rdp_binomial
 from jaxdp._src.kernels import rdp_common
+from jaxdp._src.core import persist
 
 # Forward differences of the Gaussian moments are computed up to this order
 # (WBK Thm 27 uses them up to order 256, as dp_accounting does; the exact
@@ -293,7 +294,7 @@ def without_replacement_gaussian(dataset_size, batch_size, sigma, alpha, relatio
   return _wor_replace_one(q, sigma, jnp.asarray(alpha).astype(dtype), max_terms=_WBK_TRACED_MAX_ALPHA)
 
 
-@functools.partial(jax.jit, static_argnames=("max_terms",))
+@functools.partial(persist.jit, static_argnames=("max_terms",))
 def _wor_replace_one(q, sigma, alpha, max_terms):
   dtype = sigma.dtype
   # The forward-difference table depends on σ only: build it on σ's own shape.

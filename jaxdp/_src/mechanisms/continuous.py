@@ -25,6 +25,7 @@ from jaxdp._src.core import numerics as nx
 from jaxdp._src import events as _events
 from jaxdp._src.mechanisms import discrete as _disc
 from jaxdp._src.mechanisms.entry import Entry, column, field, scalars
+from jaxdp._src.core import persist
 
 __all__ = [
     "laplace_rdp",
@@ -179,7 +180,7 @@ def _sampled_laplace_kernel(orders: tuple):
     eps = jnp.stack(cols, axis=-1) / (alpha_j - 1.0) * (1.0 + 8.0 * fin.eps)
     return jnp.minimum(eps, laplace_rdp(b[..., None], alpha_j))
 
-  return jax.jit(run)
+  return persist.jit(run)
 
 
 def _water_fill(p: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import functools
 
-import jax
 import jax.numpy as jnp
+from jaxdp._src.core import persist
 import numpy as np
 
 # Bits of the unrolled binary exponentiation: step counts below 2**24 share
@@ -96,7 +96,7 @@ def _radius_power(s_hat, p_hat, e1, t, rho, u):
   return jnp.where(t > 0, jnp.minimum(a, b), 1.0), r_lo
 
 
-@functools.partial(jax.jit, static_argnames=("size", "bits"))
+@functools.partial(persist.jit, static_argnames=("size", "bits"))
 def _compose_group(p, steps, input_rel=None, *, size, bits):
   """Composes a group of windows, each row on its own (cyclically), with a
   proven bound on every composed entry's round-off.

@@ -21,6 +21,7 @@ from scipy import special as _sps  # host-side scalars only (ndtri)
 
 from jaxdp._src.core import numerics as num
 from jaxdp._src.pld.step_layout import _Rows
+from jaxdp._src.core import persist
 
 _TAIL = 1e-17          # truncated mass allowance (per tail, per composition)
 _MAX_WINDOW = 2 ** 21  # largest composed grid
@@ -426,13 +427,13 @@ def _stage1(q, sigma, h, i_lo, steps, log_inv, rob, j0, start, n, *, remove, wan
   return (p_pess.reshape(-1), inf_pess, p_opt.reshape(-1)) + tuple(windows)
 
 
-@jax.jit
+@persist.jit
 def _one_step(q, sigma, h, i_lo, rob, j0, start, n, remove, want_lower):
   return _single_step(q, sigma, h, i_lo, _Rows(rob, j0, start, n), remove=remove,
                       want_lower=want_lower)
 
 
-@jax.jit
+@persist.jit
 def _edges(p_pess, p_opt, steps, h, i_lo, log_inv, rob, j0, start, n, want_lower):
   lay = _Rows(rob, j0, start, n)
   # Each PMF composes in its own window. The pessimistic one's is a function

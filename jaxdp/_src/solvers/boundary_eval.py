@@ -22,6 +22,7 @@ import numpy as np
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.kernels import rdp
 from jaxdp._src.core.roots import _MAX_ITER, solve_jit
+from jaxdp._src.core import persist
 
 #: σ is searched in this range: σ = SIGMA_RANGE[0] is returned when it already
 #: meets the target, inf when even SIGMA_RANGE[1] does not.
@@ -142,7 +143,7 @@ def _solver_fn(kind, orders_key, max_iter=_MAX_ITER):
     _, best = rdp.to_epsilon(rdp.dpsgd_rdp(q, sg, b, orders), orders, d)
     return s.hi, s.has_hi, s.eps_hi, best, s.has_lo
 
-  return jax.jit(run)
+  return persist.jit(run)
 
 
 def _window_epsilon(q, s, b, d, win):
@@ -164,7 +165,7 @@ def _window_solver_fn(kind):
     s = solve_jit(eps_of_x, t, x0, xmin, x0, tol)
     return s.hi, s.has_hi, s.eps_hi
 
-  return jax.jit(run)
+  return persist.jit(run)
 
 
 @functools.lru_cache(maxsize=32)
@@ -175,13 +176,13 @@ def _curve_fn(orders_key, with_order):
     eps, best = rdp.to_epsilon(rdp.dpsgd_rdp(q, s, b, orders), orders, d)
     return (eps, best) if with_order else eps
 
-  return jax.jit(run)
+  return persist.jit(run)
 
 
 @functools.lru_cache(maxsize=32)
 def _per_step_fn(orders_key):
   orders = np.asarray(orders_key)
-  return jax.jit(lambda q, s: rdp.dpsgd_rdp(q, s, jnp.ones_like(q), orders))
+  return persist.jit(lambda q, s: rdp.dpsgd_rdp(q, s, jnp.ones_like(q), orders))
 
 
 def _orders_key(orders):

@@ -17,6 +17,7 @@ import numpy as np
 from jaxdp._src.kernels import rdp
 from jaxdp._src.core.roots import solve_jit
 from jaxdp._src.solvers.boundary_eval import _bounds
+from jaxdp._src.core import persist
 
 
 def _eps_and_partials(q, s, t_steps, d, orders):
@@ -91,7 +92,7 @@ def _solve_sigma_jvp(orders_key, rtol, primals, tangents):
   return sig, (dt - e_q * dq - e_t * dts - e_d * dd) * inv
 
 
-@functools.partial(jax.jit, static_argnums=(5, 6, 7, 8))
+@functools.partial(persist.jit, static_argnums=(5, 6, 7, 8))
 def _adam_run(lqmin, lqmax, epochs, target, delta, orders_key, rtol, iters, lr):
   import optax
 

@@ -61,6 +61,7 @@ from jaxdp._src.core import numerics as nx
 from jaxdp._src.core import roots
 from jaxdp._src.solvers.tuning_kernel import (DEFAULT_LAMBDA_HATS, _check_orders, _distribution,
                                               _tuned_kernel)
+from jaxdp._src.core import persist
 
 __all__ = ["TunedEpsilon", "repeat_and_select_event_rdp", "epsilon", "sigma"]
 
@@ -178,7 +179,7 @@ class TunedEpsilon(NamedTuple):
   one_run: np.ndarray
 
 
-@jax.jit
+@persist.jit
 def _to_epsilon_jit(rdp, orders, delta):
   from jaxdp._src.kernels import rdp as _rdp  # pylint: disable=g-import-not-at-top
   return _rdp.to_epsilon(rdp, orders, delta)[0]

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp._src.core import numerics as nx
+from jaxdp._src.core import persist
 
 __all__ = ["repeat_and_select_rdp", "tuned", "tnb_mean", "DEFAULT_LAMBDA_HATS"]
 
@@ -155,7 +156,7 @@ def _check_orders(orders, name="orders") -> np.ndarray:
 # --------------------------------------------------------------------------
 
 
-@functools.partial(jax.jit, static_argnames=("poisson", "include_order_one"))
+@functools.partial(persist.jit, static_argnames=("poisson", "include_order_one"))
 def _tuned_kernel_jit(rdp, orders, cand_rdp, cand_orders, consts, *, poisson: bool,
                       include_order_one: bool):
   """Tuned RDP at ``orders`` (sorted ascending) from per-run RDP.

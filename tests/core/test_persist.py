@@ -1,0 +1,138 @@
+"""jaxdp._src.core.persist: jaxdp's own disk cache of compiled programs.
+
+A later process must load what an earlier one compiled (no compilation,
+bit-identical answers); an entry is only ever reused for the very same
+lowered program (two closures with one name, a monkeypatched constant);
+a broken entry is recompiled; ``JAXDP_CACHE_DIR=off`` writes nothing; the
+wrapped functions still work under jit, vmap and grad; and the user's JAX
+configuration is never touched.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdp._src.core import persist
+
+_SCRIPT = textwrap.dedent("""
+    import json, jax
+    compile_s = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda ev, d, **kw: compile_s.append(d)
+        if ev == "/jax/core/compile/backend_compile_duration" else None)
+    from jaxdp import profiles
+    before = jax.config.jax_compilation_cache_dir
+    d = profiles.sampled_gaussian(epsilon=[0.5, 1.0, 2.0], q=0.01, sigma=1.1)
+    print(json.dumps({"d": [float(x).hex() for x in d], "compile_s": sum(compile_s),
+                      "config_kept": jax.config.jax_compilation_cache_dir == before}))
+""")
+
+
+def _run(cache_dir):
+  env = {k: v for k, v in os.environ.items()
+         if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))}
+  env["JAXDP_CACHE_DIR"] = str(cache_dir)
+  out = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True,
+                       check=True, timeout=300)
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _entries(folder):
+  return sorted(str(p) for p in folder.rglob("*.exe")) if folder.exists() else []
+
+
+def test_a_later_process_loads_instead_of_compiling(tmp_path):
+  first = _run(tmp_path)
+  stored = _entries(tmp_path / "executables")
+  assert stored, "the first process stored no executable"
+  second = _run(tmp_path)
+  assert second["d"] == first["d"]                       # bit-identical answers
+  assert second["compile_s"] < 0.25 * first["compile_s"]  # nothing big compiled again
+  assert _entries(tmp_path / "executables") == stored
+  assert first["config_kept"] and second["config_kept"]
+  # A broken entry is recompiled (same answer) and rewritten.
+  for path in stored:
+    with open(path, "wb") as f:
+      f.write(b"not an executable")
+  third = _run(tmp_path)
+  assert third["d"] == first["d"] and third["compile_s"] > 0.25 * first["compile_s"]
+  assert all(os.path.getsize(p) > 100 for p in stored)
+
+
+def test_off_writes_nothing(tmp_path):
+  off = _run("off")
+  assert not any(tmp_path.iterdir())
+  assert off["config_kept"]
+
+
+def test_same_name_other_program_is_never_reused(tmp_path, monkeypatch):
+  """Two closures with one qualified name, stored and then reloaded from the
+  disk in a fresh memory: each gets its own program (keyed by the lowered
+  text), and a monkeypatched global is seen."""
+  monkeypatch.setenv("JAXDP_CACHE_DIR", str(tmp_path))
+  monkeypatch.setattr(persist, "_MIN_COMPILE_SECONDS", 0.0)
+
+  def make(c):
+    return persist.jit(lambda x: x * c + 1.0)
+
+  f2, f3 = make(2.0), make(3.0)
+  x = np.arange(4.0, dtype=np.float32)
+  np.testing.assert_array_equal(f2(x), x * 2 + 1)
+  np.testing.assert_array_equal(f3(x), x * 3 + 1)
+  assert len(_entries(tmp_path / "executables")) == 2
+  persist.clear_memory()
+  compiles = []
+  jax.monitoring.register_event_duration_secs_listener(
+      lambda ev, d, **kw: compiles.append(d) if ev == "/jax/core/compile/backend_compile_duration"
+      else None)
+  np.testing.assert_array_equal(f3(x), x * 3 + 1)
+  np.testing.assert_array_equal(f2(x), x * 2 + 1)
+  assert compiles == []                                  # both loaded from the disk
+
+
+_SCALE = 2.0
+
+
+@persist.jit
+def _scaled(x):
+  return x * _SCALE
+
+
+def test_monkeypatched_global_lowers_to_another_program(tmp_path, monkeypatch):
+  """The stored program of x·2 is on the disk; x·5 lowers to another text,
+  so the disk never serves the old one."""
+  monkeypatch.setenv("JAXDP_CACHE_DIR", str(tmp_path))
+  monkeypatch.setattr(persist, "_MIN_COMPILE_SECONDS", 0.0)
+  x = np.ones(3, np.float32)
+  np.testing.assert_array_equal(_scaled(x), 2 * x)
+  persist.clear_memory()
+  jax.clear_caches()     # as for jax.jit: a global is read when tracing
+  monkeypatch.setattr(sys.modules[__name__], "_SCALE", 5.0)
+  np.testing.assert_array_equal(_scaled(x), 5 * x)
+
+
+def test_works_under_transformations_and_with_static_arguments(tmp_path, monkeypatch):
+  monkeypatch.setenv("JAXDP_CACHE_DIR", str(tmp_path))
+  monkeypatch.setattr(persist, "_MIN_COMPILE_SECONDS", 0.0)
+
+  @persist.jit
+  def f(x, y):
+    return jnp.sin(x) * y
+
+  g = persist.jit(lambda x, n, *, scale: x**n * scale, static_argnums=1,
+                  static_argnames="scale")
+  x = jnp.linspace(0.1, 1.0, 5)
+  np.testing.assert_allclose(jax.jit(f)(x, 2.0), np.sin(x) * 2.0, rtol=1e-6)
+  np.testing.assert_allclose(jax.vmap(f)(x, x), np.sin(x) * x, rtol=1e-6)
+  np.testing.assert_allclose(jax.grad(lambda v: f(v, 3.0))(0.5), 3.0 * np.cos(0.5), rtol=1e-6)
+  np.testing.assert_allclose(g(x, 3, scale=2.0), 2.0 * np.asarray(x)**3, rtol=1e-6)
+  np.testing.assert_allclose(g(x, 2, scale=2.0), 2.0 * np.asarray(x)**2, rtol=1e-6)
+  with pytest.raises(TypeError):
+    f(x)                                                # the user's error, as jax.jit gives it
