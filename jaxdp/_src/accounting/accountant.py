@@ -215,6 +215,54 @@ def _floor_delta(d, epsilon, pure_epsilon):
 # --------------------------------------------------------------------------
 
 
+class _OrderKey(NamedTuple):
+  """An RDP accountant's orders as static program arguments: the ascending
+  permutation and the ascending orders (float64 bytes), and their count."""
+  sorted_idx: bytes
+  sorted_orders: bytes
+  n: int
+
+  def ascending(self, total):
+    idx = np.frombuffer(self.sorted_idx, dtype=np.int32)
+    if idx.size == self.n and np.all(idx == np.arange(self.n)):
+      return total
+    return jnp.take(total, idx, axis=-1)
+
+  def orders(self):
+    return np.frombuffer(self.sorted_orders, dtype=np.float64)
+
+
+# The RDP accountant's arithmetic after validation, as programs: one compiled
+# program each (stored by jaxdp.persist) instead of dozens of op-by-op
+# compilations when called outside jit; inside the caller's jit they inline.
+
+
+@functools.partial(persist.jit, static_argnames=("event_ndim",))
+def _rdp_add(state, per, count, event, event_ndim):
+  """``state`` plus ``count`` times the per-event RDP ``per`` (compensated)."""
+  dtype = state.rdp.dtype
+  add = _sum_event_batch(per, count, event_ndim, dtype)
+  add = jnp.broadcast_to(add, state.rdp.shape)
+  hi, lo = _accumulate(state.rdp, state.compensation, add)
+  return RdpState(rdp=hi, compensation=lo,
+                  pure_epsilon=_compose_pure_epsilon(state.pure_epsilon, event, count, dtype))
+
+
+@functools.partial(persist.jit, static_argnums=(2,))
+def _rdp_epsilon(state, delta, key):
+  from jaxdp._src.kernels import rdp as _rdp  # pylint: disable=g-import-not-at-top
+  total = _read(state.rdp, state.compensation)
+  return _round_up(_rdp.to_epsilon_refined(key.ascending(total), key.orders(), delta))
+
+
+@functools.partial(persist.jit, static_argnums=(2,))
+def _rdp_delta(state, epsilon, key):
+  from jaxdp._src.kernels import rdp as _rdp  # pylint: disable=g-import-not-at-top
+  total = _read(state.rdp, state.compensation)
+  d = _round_up(_rdp.to_delta_refined(key.ascending(total), key.orders(), epsilon))
+  return jnp.minimum(_floor_delta(d, epsilon, state.pure_epsilon), 1.0)
+
+
 @functools.lru_cache(maxsize=16)
 def _host_sampled_gaussian_kernel(orders_bytes: bytes):
   """A jitted sampled-Gaussian RDP kernel per order grid (shared compile cache)."""
@@ -262,10 +310,7 @@ def rdp(orders=None) -> Accountant:
   sorted_idx = np.unique(orders, return_index=True)[1].astype(np.int32)
   sorted_orders = orders[sorted_idx]
 
-  def ascending(total):
-    if sorted_idx.size == n and np.all(sorted_idx == np.arange(n)):
-      return total
-    return jnp.take(total, sorted_idx, axis=-1)
+  order_key = _OrderKey(sorted_idx.tobytes(), sorted_orders.tobytes(), n)
 
   host_sampled_gaussian = _host_sampled_gaussian_kernel(orders.tobytes())
 
@@ -296,23 +341,16 @@ def rdp(orders=None) -> Accountant:
       per = host_event_rdp(event, dtype)
     else:
       per = per_event_rdp(event, dtype)
-    add = _sum_event_batch(per, count, _event_ndim(event), dtype)
-    add = jnp.broadcast_to(add, (n,))
-    hi, lo = _accumulate(state.rdp, state.compensation, add)
-    return RdpState(rdp=hi, compensation=lo,
-                    pure_epsilon=_compose_pure_epsilon(state.pure_epsilon, event, count, dtype))
+    return _rdp_add(state, per, count, event, event_ndim=_event_ndim(event))
 
   def epsilon(state: RdpState, delta):
     _numerics.check_array("delta", delta, low=0.0, high=1.0, low_open=True,
                           high_open=True)
-    total = _read(state.rdp, state.compensation)
-    return _round_up(_rdp.to_epsilon_refined(ascending(total), sorted_orders, delta))
+    return _rdp_epsilon(state, delta, order_key)
 
   def delta(state: RdpState, epsilon):
     _numerics.check_array("epsilon", epsilon, low=0.0)
-    total = _read(state.rdp, state.compensation)
-    d = _round_up(_rdp.to_delta_refined(ascending(total), sorted_orders, epsilon))
-    return jnp.minimum(_floor_delta(d, epsilon, state.pure_epsilon), 1.0)
+    return _rdp_delta(state, epsilon, order_key)
 
   return _with_tradeoff(Accountant(init=init, compose=compose, epsilon=epsilon, delta=delta))
 
