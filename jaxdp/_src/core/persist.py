@@ -166,7 +166,12 @@ def _store(path, compiled):
 def _executable(jitted, args, kwargs):
   """The compiled program for these arguments: loaded from disk, or compiled
   and stored. Returns None where the disk cache cannot serve them."""
-  lowered = jitted.lower(*args, **kwargs)
+  from jax._src import config as _config  # pylint: disable=g-import-not-at-top
+  # Traced as in a plain call: a caller's jax.ensure_compile_time_eval() would
+  # run every constant subexpression op by op (one compilation each) while
+  # tracing; XLA folds them in the one program instead.
+  with _config.eager_constant_folding(False):
+    lowered = jitted.lower(*args, **kwargs)
   path = _path(lowered)
   if path is not None and os.path.exists(path):
     try:
