@@ -331,6 +331,9 @@ def pld_bounds(kind, sampler, sigma, steps, value, value_discretization_interval
     ValueError: naming the sampler where no tight path exists (balls-in-bins;
       truncated Poisson under replace-one).
   """
+  from jaxdp._src.accounting import allocation_forward as _alloc  # pylint: disable=g-import-not-at-top
+  if _alloc.is_allocation(sampler):   # balls-in-bins: random allocation's own laws (issue 38)
+    return _alloc.pld_bounds(kind, sampler, sigma, steps, value, value_discretization_interval)
   kw = {} if value_discretization_interval is None and rtol == 1e-3 else dict(
       value_discretization_interval=value_discretization_interval, rtol=rtol)
   fast = pld_equivalent(sampler, sigma, steps)
@@ -374,7 +377,9 @@ def pld_entry(kind, sampler, sigma, steps, value, value_discretization_interval,
                          for a in (sigma, steps, value))
   ev = sampler.event(float(sigma.reshape(-1)[0]) if sigma.size else 1.0)
   trunc_add_remove = _truncated_poisson(sampler) and sampler.relation == "add_remove"
-  if pld_equivalent(sampler, sigma, steps) is None and not trunc_add_remove:
+  from jaxdp._src.accounting import allocation_forward as _alloc  # pylint: disable=g-import-not-at-top
+  if (pld_equivalent(sampler, sigma, steps) is None and not trunc_add_remove
+      and not _alloc.is_allocation(sampler)):
     try:
       event_mechanisms(ev)
     except TypeError:
@@ -407,7 +412,9 @@ def _pld(kind, sampler, sigma, steps, value, orders):
       out = np.minimum(out, np.asarray(sampler_answer(kind, sampler, sigma, steps, value, "rdp",
                                                 orders), np.float64))
     return nx.to_host(out)
-  up = tight_upper(kind, sampler, sigma, steps, value)
+  from jaxdp._src.accounting import allocation_forward as _alloc  # pylint: disable=g-import-not-at-top
+  up = (_alloc.tight_upper(kind, sampler, sigma, steps, value) if _alloc.is_allocation(sampler)
+        else tight_upper(kind, sampler, sigma, steps, value))
   # Every sampler event's RDP analyses the same relation: the min is sound.
   out = np.minimum(up, np.asarray(sampler_answer(kind, sampler, sigma, steps, value, "rdp", orders),
                                   np.float64))

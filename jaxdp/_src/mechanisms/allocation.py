@@ -244,7 +244,8 @@ def combine(la, lb, zeta=ZETA):
   eta, mode = la.eta, la.mode
   dmax = max(la.hi - lb.lo, lb.hi - la.lo, 0)
   hval = _h_table(dmax, eta, mode)
-  out_lo = min(la.lo, lb.lo) + int(hval.min())
+  # (down mode: −∞ passes the other law through at its own indices)
+  out_lo = min(la.lo, lb.lo) + (int(hval.min()) if mode == "up" else 0)
   out_hi = max(la.hi, lb.hi) + int(hval[0])
   out = np.zeros(out_hi - out_lo + 1)
   _half(out, out_lo, la.p, la.lo, lb.p, lb.lo, hval, 0)    # B >= A

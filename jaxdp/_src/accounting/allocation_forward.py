@@ -1,0 +1,209 @@
+"""Certified PLD interval of balls-in-bins sampling (random allocation), issue 38.
+
+A run of ``steps`` steps of a :func:`jaxdp.sampling.balls_in_bins` sampler with
+k = ``sampler.steps_per_epoch`` steps per epoch (never recomputed) is E = steps // k
+whole epochs and a partial epoch of m = steps % k steps. Each epoch is one
+random allocation; its certified privacy-loss laws (upper: losses rounded up,
+masses inflated, +∞ tail kept; lower: losses rounded down, masses deflated,
+mass dropped) come from :func:`jaxdp._src.mechanisms.allocation.epoch_laws`,
+both directions. Epochs are adaptively composed (the dominating pair of one
+epoch holds for adaptively chosen steps: Chua et al., AISTATS 2025; Feldman &
+Shenfeld 2026), so each direction's laws are composed by the general engine's
+FFT composition (:mod:`jaxdp._src.pld.general_compose`: certified round-off,
+Chernoff-cut tails booked at +∞ on the upper side) and read out by
+:mod:`jaxdp._src.pld.general_readout`; the answer is the max over the two
+directions, on each side. The upper laws are discretised already (every loss
+a multiple of the grid step η), so they are handed to the composition
+unchanged as its pessimistic PMFs, the lower laws as its optimistic ones.
+
+Grid step η (``value_discretization_interval``; automatic: ``_AUTO_ETA``).
+The certified width of ε is about (E + 1)·(2·log₂k + 3)·η (every log-sum-exp
+rounding moves a loss by at most η). The number of atoms of a law is about
+(2z/σ + log k)/η (z ≈ 10.6 standard deviations for the truncated mass 1e-25);
+a law beyond :data:`_MAX_ATOMS` atoms, or a composed window beyond the
+engine's cap, coarsens an automatic η (doubling) and raises ``ValueError``
+naming ``value_discretization_interval`` for a given one.
+
+Capacity below N: the coupling of :mod:`jaxdp._src.kernels.bins_coupling`,
+δ_trunc(ε) <= δ_untrunc(ε) + (1 + e^ε)·p for the upper end and
+δ_trunc(ε) >= δ_untrunc(ε) − (1 + e^ε)·p for the lower end (as for truncated
+Poisson in :mod:`jaxdp._src.accounting.sampler_forward`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from jaxdp._src.mechanisms import allocation as _allocation
+from jaxdp._src.mechanisms.discretise import LossPMF
+from jaxdp._src.pld import general_compose as _general_compose
+from jaxdp._src.pld.general_compose import _TooLarge, _compose
+from jaxdp._src.pld.general_readout import _delta_of, _epsilon_of
+
+__all__ = ["is_allocation", "interval", "pld_bounds", "tight_upper"]
+
+_KAPPA = 1e-22
+_AUTO_ETA = 1e-3           # default grid step of the loss
+_ETA_LIMIT = 0.05          # coarsest automatic grid step
+_MAX_ATOMS = 1 << 21       # largest one-epoch law
+
+
+def is_allocation(sampler) -> bool:
+  """True for a :func:`jaxdp.sampling.balls_in_bins` sampler."""
+  from jaxdp._src.samplers import sampling as _sampling  # pylint: disable=g-import-not-at-top
+  return isinstance(sampler, _sampling.BallsInBinsSampler)
+
+
+def _pmfs(laws, direction):
+  """(pessimistic, optimistic) LossPMF of one direction of an epoch's laws."""
+  up = getattr(laws, direction + "_up")
+  low = getattr(laws, direction + "_low")
+  return (LossPMF(up.lo, up.p, float(up.tail), 0.0),
+          LossPMF(low.lo, low.p, 0.0, 0.0))
+
+
+def _phases(sigma, k, steps, eta):
+  """[(EpochLaws, count)] of a run: E whole epochs, then the partial one."""
+  whole, m = divmod(int(steps), int(k))
+  if _allocation.law_size(sigma, k, eta) > _MAX_ATOMS:
+    raise _TooLarge(_allocation.law_size(sigma, k, eta))
+  cache = {}
+  out = []
+  if whole:
+    out.append((_allocation.epoch_laws(sigma, k, k, eta, cache), whole))
+  if m:
+    out.append((_allocation.epoch_laws(sigma, k, m, eta, cache), 1))
+  return out
+
+
+def _compose_read(kind, phases, value, eta):
+  """(lower, upper): each side's bound, max over the two directions."""
+  value = np.asarray(value, np.float64)
+  if kind == "epsilon":
+    kappa = max(min(_KAPPA, 1e-6 * float(value.min())), 1e-300)
+    focus = dict(log_delta=math.log(float(value.min())))
+  else:
+    kappa = _KAPPA
+    fin = value[np.isfinite(value)]
+    focus = dict(eps=float(fin.min()) if fin.size else math.inf)
+  counts = [c for _, c in phases]
+  lo = up = None
+  for direction in ("remove", "add"):
+    pmfs = [_pmfs(laws, direction) for laws, _ in phases]
+    pe, op, shift = _compose(pmfs, counts, eta, kappa, focus)
+    if kind == "epsilon":
+      u = _epsilon_of(pe, eta, value, True, shift)
+      l = _epsilon_of(op, eta, value, False, shift)
+    else:
+      u = _delta_of(pe, eta, value, True, shift)
+      l = _delta_of(op, eta, value, False, shift)
+    u, l = np.asarray(u, np.float64).reshape(value.shape), np.asarray(l, np.float64).reshape(value.shape)
+    up = u if up is None else np.maximum(up, u)
+    lo = l if lo is None else np.maximum(lo, l)
+  lo = np.where(np.isnan(lo), 0.0, lo)
+  return np.minimum(lo, up), up
+
+
+def interval(kind, sigma, k, steps, value, value_discretization_interval=None):
+  """Certified (lower, upper) ε at δ = ``value`` (or δ at ε) of ``steps`` steps
+  of random allocation with k steps per epoch and noise multiplier σ.
+
+  Args:
+    kind: "epsilon" or "delta".
+    sigma: σ > 0 (a float); k: steps per epoch >= 1; steps: whole number >= 0.
+    value: δ targets in (0, 1] or ε >= 0 (array).
+    value_discretization_interval: the grid step η of the loss; None: automatic.
+
+  Returns:
+    ``(lower, upper)`` float64 arrays of ``value``'s shape.
+
+  Raises:
+    ValueError: naming ``value_discretization_interval`` where a given η needs a
+      grid beyond the memory budget.
+  """
+  value = np.asarray(value, np.float64)
+  if int(steps) == 0:
+    z = np.zeros(value.shape)
+    return z, z
+  automatic = value_discretization_interval is None
+  eta = _AUTO_ETA if automatic else float(value_discretization_interval)
+  while True:
+    try:
+      return _compose_read(kind, _phases(float(sigma), int(k), int(steps), eta), value, eta)
+    except _TooLarge as e:
+      if not automatic:
+        raise ValueError(
+            f"value_discretization_interval={eta!r} needs a grid beyond the memory budget "
+            f"({e} points; at most {_MAX_ATOMS} per epoch law and "
+            f"{_general_compose._MAX_WINDOW} composed); use a larger interval.") from None  # pylint: disable=protected-access
+      if eta >= _ETA_LIMIT:
+        return np.zeros(value.shape), np.full(value.shape, np.inf if kind == "epsilon" else 1.0)
+      eta = min(2.0 * eta, _ETA_LIMIT)
+
+
+def _untruncated_bounds(kind, sampler, sigma, steps, value, vdi):
+  """(lower, upper) of the untruncated allocation, one (σ, steps) at a time."""
+  lo, up = np.zeros(value.shape), np.zeros(value.shape)
+  k = int(sampler.steps_per_epoch)
+  keys = np.stack([sigma.ravel(), steps.ravel()], axis=1)
+  flat_v = value.ravel()
+  lo_f, up_f = lo.ravel(), up.ravel()
+  for key in np.unique(keys, axis=0):
+    sel = np.flatnonzero((keys[:, 0] == key[0]) & (keys[:, 1] == key[1]))
+    l, u = interval(kind, float(key[0]), k, int(key[1]), flat_v[sel], vdi)
+    lo_f[sel], up_f[sel] = l, u
+  return lo_f.reshape(value.shape), up_f.reshape(value.shape)
+
+
+def _overflow(sampler, steps):
+  from jaxdp._src.kernels import bins_coupling as _bins_coupling  # pylint: disable=g-import-not-at-top
+  if sampler.capacity >= sampler.dataset_size:
+    return np.zeros(np.shape(steps))
+  return np.broadcast_to(_bins_coupling._overflow(sampler, steps), np.shape(steps))  # pylint: disable=protected-access
+
+
+def pld_bounds(kind, sampler, sigma, steps, value, value_discretization_interval=None):
+  """Certified (lower, upper) of a balls-in-bins run (arrays of one shape).
+
+  Untruncated: :func:`interval` per configuration. Capacity < N: the upper end
+  adds the overflow term (1 + e^ε)·p to δ (for ε: the untruncated ε at
+  δ − (1 + e^ε)·p, solved as in :mod:`jaxdp._src.kernels.bins_coupling`), the
+  lower end subtracts it.
+
+  Raises:
+    ValueError: for a relation other than add/remove (no pair yet).
+  """
+  if getattr(sampler, "relation", "add_remove") != "add_remove":
+    raise ValueError(f"sampler: no tight (PLD) interval for {sampler!r} under "
+                     f"{sampler.relation!r} yet; use accountant='rdp'.")
+  sigma, steps, value = (np.asarray(a, np.float64) for a in (sigma, steps, value))
+  vdi = value_discretization_interval
+  p = _overflow(sampler, steps)
+  if not np.any(p > 0):
+    return _untruncated_bounds(kind, sampler, sigma, steps, value, vdi)
+  from jaxdp._src.kernels import bins_coupling as _bins_coupling  # pylint: disable=g-import-not-at-top
+
+  def forward(kind_, sampler_, sigma_, steps_, value_, orders_):
+    del sampler_, orders_
+    return _untruncated_bounds(kind_, sampler, np.asarray(sigma_, np.float64),
+                               np.asarray(steps_, np.float64), np.asarray(value_, np.float64), vdi)[1]
+
+  fn = _bins_coupling.epsilon if kind == "epsilon" else _bins_coupling.delta
+  up = np.asarray(fn(forward, sampler, sigma, steps, value, None), np.float64)
+  with np.errstate(over="ignore"):
+    if kind == "delta":
+      lo_u, _ = _untruncated_bounds(kind, sampler, sigma, steps, value, vdi)
+      lo = np.maximum(lo_u - np.nextafter((1.0 + np.exp(value)) * p, np.inf), 0.0)
+      return np.minimum(lo, up), up
+    extra = np.nextafter((1.0 + np.exp(np.minimum(up, 700.0))) * p, np.inf)
+  ok = np.isfinite(up) & (value + extra < 1.0)
+  lo_u, _ = _untruncated_bounds(kind, sampler, sigma, steps, np.where(ok, value + extra, value), vdi)
+  lo = np.where(ok, np.minimum(lo_u, up), 0.0)
+  return lo, up
+
+
+def tight_upper(kind, sampler, sigma, steps, value):
+  """Upper end of :func:`pld_bounds` (automatic grid)."""
+  return pld_bounds(kind, sampler, sigma, steps, value)[1]
