@@ -7,7 +7,7 @@ repetitions with a different key each time) for
   poisson        ``poisson(N, B/N, capacity)``, capacity = B + 6·sqrt(B)
   fixed          ``fixed(N, B)``
   balls_in_bins  ``balls_in_bins(N, B, capacity)`` (O(N) per step)
-  shuffle        ``shuffle(N, B)`` (one permutation of N per step)
+  shuffle        ``shuffle(N, B)`` (O(B) per step: a Feistel permutation read entry by entry)
 
 next to the plain ``jax.random.permutation(key, N)`` (what a shuffling
 pipeline pays per epoch, or per step when it keeps no state) and

@@ -11,6 +11,7 @@ from scipy import stats
 
 from jaxdp import events as E
 from jaxdp import sampling as S
+from jaxdp._src.samplers import permutation
 
 REPS = 20000
 # Every statistical check below is deterministic (fixed keys); this level
@@ -246,8 +247,10 @@ def test_shuffle_epoch_blocks():
     assert idx.shape == (k, b) and np.asarray(mask).all()
     flat = np.asarray(idx).reshape(-1)
     assert len(np.unique(flat)) == k * b  # at most once per epoch
-    perm = np.asarray(jax.random.permutation(key, n))
-    np.testing.assert_array_equal(flat, perm[:k * b])  # exactly the first kB
+    # exactly the first kB of the epoch's permutation of all n examples
+    perm = np.asarray(permutation.permute(key, np.arange(n), n, (k + 1) * b))
+    np.testing.assert_array_equal(np.sort(perm), np.arange(n))
+    np.testing.assert_array_equal(flat, perm[:k * b])
 
 
 def test_shuffle_inclusion_per_step():

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdp._src import events as _events
+from jaxdp._src.samplers import permutation as _permutation
 from jaxdp._src.samplers.sampling_base import (check_relation, check_sizes, check_step,
                                                check_whole, draw_distinct, epoch_step_key,
                                                epochs_to_steps, set_fields)
@@ -170,9 +171,11 @@ class ShuffleSampler:
   def sample(self, key, step) -> Tuple[jax.Array, jax.Array]:
     """Block ``step`` of the epoch's permutation.
 
-    The epoch key fixes a uniformly random permutation of the N examples;
-    step i takes its entries [iB, (i+1)B). The last N − kB entries are not
-    used that epoch. Cost: one permutation of N per step (recomputed).
+    The epoch key fixes a pseudorandom permutation of the N examples
+    (:mod:`jaxdp._src.samplers.permutation`: a Feistel network on a span of
+    (k + 1)·B values with cycle-walking to N); step i takes its entries
+    [iB, (i+1)B). The last N − kB entries are not used that epoch. Cost:
+    O(B) per step (each entry computed on its own; no permutation of N).
 
     Args:
       key: the epoch's PRNG key, the same for all k steps of the epoch.
@@ -185,9 +188,11 @@ class ShuffleSampler:
     """
     check_step(step, self.steps_per_epoch)
     b = self.batch_size
-    perm = jax.random.permutation(key, self.dataset_size).astype(jnp.int32)
     start = jnp.clip(jnp.asarray(step, jnp.int32), 0, self.steps_per_epoch - 1) * b
-    return jax.lax.dynamic_slice(perm, (start,), (b,)), jnp.ones((b,), bool)
+    span = (self.steps_per_epoch + 1) * b
+    idx = _permutation.permute(key, start + jnp.arange(b, dtype=jnp.int32), self.dataset_size,
+                               span)
+    return idx, jnp.ones((b,), bool)
 
   def sample_at(self, key, t) -> Tuple[jax.Array, jax.Array]:
     """Global step ``t``: epoch t // k (key ``fold_in(key, epoch)``), step t % k."""
