@@ -364,8 +364,8 @@ class ShuffledGaussian(EventBase, collections.namedtuple(
     defaults=("add_remove",))):
   """One epoch of shuffled batches, each with a Gaussian sum: k = N // B steps.
 
-  :func:`jaxdp.sampling.shuffle`: a uniformly random permutation of the N =
-  ``dataset_size`` examples, cut into k = N // ``batch_size`` disjoint blocks
+  :func:`jaxdp.sampling.shuffle`: a permutation of the N =
+  ``dataset_size`` examples (pseudorandom, per epoch key), cut into k = N // ``batch_size`` disjoint blocks
   of ``batch_size`` (the last N − kB examples sit the epoch out); step i sums
   block i with N(0, σ²C²) noise. The event is the whole epoch: compose once per
   epoch. ``relation`` is static (not a pytree leaf).
@@ -378,7 +378,10 @@ class ShuffledGaussian(EventBase, collections.namedtuple(
   N ± 1 examples with its own permutation), moving the last example of the
   larger permutation into the extra example's slot couples the two so that
   one batch differs by a replacement — ``Gaussian(sigma / 2)`` — provided
-  N ± 1 gives the same k; otherwise the number of steps itself differs. The
+  N ± 1 gives the same k; otherwise the number of steps itself differs.
+  The sampler's permutations satisfy this coupling for every key, not only
+  in distribution (cycle-walking on a network fixed by k and B:
+  :mod:`jaxdp._src.samplers.permutation`). The
   one-Gaussian bound is the only general one: Chua et al., "How Private are
   DP-SGD Implementations?" (ICML 2024) prove lower bounds for shuffled batches
   far above Poisson-subsampling accounting at the same (σ, B/N), so Poisson
