@@ -42,7 +42,7 @@ uses them with ``optax.adam``.
 
 References: Mironov, Talwar & Zhang (2019) for the sampled-Gaussian RDP;
 Balle et al. (2020, arXiv:2004.00010, Prop. 12) for the conversion; Balle &
-Wang (ICML 2018, Thm 8) for :data:`analytic_gaussian`.
+Wang (ICML 2018, Thm 8) for :func:`analytic_gaussian`.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from jaxdp._src.solvers.boundary import _boundary
 from jaxdp._src.solvers.boundary_eval import (_DEFAULT_CHEAP, _check_epsilon, _map_chunks,
                                             _orders_key, _per_step_fn)
 from jaxdp._src.solvers.calibrate_grad import _diff_eps, _promote, _solve_sigma
-from jaxdp._src.kernels.profiles import analytic_gaussian_sigma as analytic_gaussian
+from jaxdp._src.kernels import profiles as _profiles
 
 __all__ = [
     "sigma",
@@ -294,6 +294,38 @@ def _as_steps(t):
   t = np.asarray(t, np.float64)
   out = np.where(np.isinf(t) | (t >= _MAX_STEPS), _MAX_STEPS, t).astype(np.int64)
   return out[()] if out.ndim == 0 else out
+
+
+def analytic_gaussian(epsilon, delta, sensitivity=1.0):
+  """Smallest σ of the (unsampled) Gaussian mechanism with δ(ε) ≤ δ, in float64.
+
+  The host-level entry of :func:`jaxdp.profiles.analytic_gaussian_sigma`
+  (Balle & Wang, ICML 2018, Thm 8; the exact profile of Thm 4): computed in
+  float64 whatever the caller's JAX configuration, returned as NumPy, like
+  every calibration. For the jittable kernel that follows the caller's dtype,
+  use :func:`jaxdp.profiles.analytic_gaussian_sigma`.
+
+  Args:
+    epsilon: ε ≥ 0.
+    delta: target δ in (0, 1).
+    sensitivity: L2 sensitivity Δ > 0.
+
+  Returns:
+    float64 NumPy σ, broadcast shape of the arguments; δ(ε; σ) ≤ δ holds
+    for it in float64 (:func:`jaxdp.profiles.gaussian`).
+
+  Raises:
+    ValueError: on an argument outside its domain (named, with its value).
+  """
+  def as_f64(x):   # float32 input is computed in float64 too; bad input is named by the kernel
+    try:
+      return np.asarray(x, np.float64)
+    except (TypeError, ValueError):
+      return x
+
+  with nx.x64():
+    out = _profiles.analytic_gaussian_sigma(as_f64(epsilon), as_f64(delta), as_f64(sensitivity))
+    return nx.to_host(out)
 
 
 def _sampler_steps(sampler, target_epsilon, delta, sigma, accountant):
