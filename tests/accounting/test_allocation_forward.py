@@ -59,7 +59,7 @@ def test_composed_epochs_against_monte_carlo(steps):
   s = sampling.balls_in_bins(30, 10, 30)      # k = 3
   sigma, eps = 0.9, 1.0
   lo, up = jaxdp.pld.delta(s, sigma, steps, eps, return_bounds=True,
-                           value_discretization_interval=2e-3)
+                           value_discretization_interval=5e-3)
   mc = _mc_delta(sigma, 3, steps // 3, steps % 3, eps)
   est = max(v[0] for v in mc.values())
   se = max(v[1] for v in mc.values())

@@ -1,0 +1,303 @@
+"""Second-order certified laws of random allocation by convex order (issue 38).
+
+Notation of :mod:`jaxdp._src.mechanisms.allocation`. Write S = k·e^L = (k − m) +
+Σ_{i≤m} W_i for an epoch of m steps; under Q the W_i are i.i.d. log-normal,
+log W ~ N(−1/(2σ²), 1/σ²), mean 1. The δ of T composed epochs, in either
+direction, is an expectation under Q only:
+
+    remove:  δ(ε) = E_Q[(Π_t S_t/k − e^ε)_+]        (H_{e^ε}(P‖Q) = E_Q[(dP/dQ − e^ε)_+]),
+    add:     δ(ε) = E_Q[(1 − e^ε Π_t S_t/k)_+]      (H_{e^ε}(Q‖P) = E_Q[(1 − e^ε dP/dQ)_+]),
+
+and both integrands are convex in each S_t (the others fixed, non-negative).
+So (Shaked & Shanthikumar, "Stochastic Orders", Thm 3.A.12: convex order is
+closed under sums of independent variables and mixtures):
+
+  * if S'_t ≥_cx S_t (same mean, more spread) for every epoch, the pair
+    (P', Q') with Q' the law of S'_t and dP'/dQ' = S'/k (a probability measure:
+    E[S'/k] = 1) has a larger δ in both directions, for every composition;
+  * if S''_t ≤_cx S_t, a smaller one.
+
+Upper laws (``spread``): atoms only at the grid points e^{jη}. Each Gaussian
+cell of log W, and each pairwise sum a + b of two atoms in a doubling step
+(log(e^a + e^b) = max + log1p(e^{−dη}) falls between two grid points), is
+replaced by the two-point law on its cell's endpoints with the same mass and
+mean: a mean-preserving spread, ≥_cx. Lower laws (``merge``): each cell's mass
+sits at its conditional mean (exact positions, not grid points); the
+pairwise sums falling in one cell are merged to their mean: Jensen, ≤_cx.
+Both lose only O(η²) per step (a spread adds at most η²·S²/4 of variance),
+where rounding to a grid loses O(η).
+
+Tails: the lower laws drop mass (δ is non-decreasing in mass); the upper laws
+drop mass beyond ±z standard deviations and book it: a dropped Q-mass μ and
+first moment M add at most μ (add) and M/k (remove: the P-mass) to any
+composed δ, and are carried at +∞ (δ ≤ the kept part's δ + P[some part dropped]).
+Round-off: masses are sums of products of non-negative numbers (relative
+error tracked as ρ; upper masses inflated by 1 + ρ, lower deflated); a split
+weight or a position computed in float64 is off by a few ulps, i.e. a mass of
+relative size ≤ 8u moved by one cell, booked as extra +∞ mass (upper), and a
+relative error ≤ 1e-12 of S, booked as a loss shift ``tau`` per epoch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional
+
+import numpy as np
+from scipy import special as sps
+
+__all__ = ["CxLaw", "base_law", "combine", "epoch_pairs", "EpochPairs"]
+
+_U = float(np.finfo(np.float64).eps)
+ZETA = 1e-25
+_TAU = 1e-12             # relative accuracy of S assumed per operation (loss shift)
+_CHUNK = 1 << 22         # pairs per block of the dense merge
+
+
+class CxLaw(NamedTuple):
+  """Law of a sum of ``terms`` W's plus nothing else: Q-mass ``p[t]`` at
+  e^{x_t}, x_t = θ + (lo + t)·η (``pos`` None: a spread law) or ``pos[t]``
+  (a merge law, pos[t] in [(lo+t)η, (lo+t+1)η]).
+
+  ``dq``/``dm``: bounds on the dropped Q-mass and first moment (spread);
+  ``bad``: bound on the relative mass moved by one cell by round-off;
+  ``rho``: relative error of the masses; ``ops``: operations so far (``tau``)."""
+  lo: int
+  p: np.ndarray
+  pos: Optional[np.ndarray]
+  eta: float
+  terms: int
+  dq: float
+  dm: float
+  bad: float
+  rho: float
+  ops: int
+  theta: float = 0.0
+
+  @property
+  def hi(self):
+    return self.lo + self.p.size - 1
+
+
+def _norm_cdf_pair(a, b):
+  """Φ(b) − Φ(a) for arrays a < b, computed on the smaller tail's side."""
+  lower = b <= 0
+  with np.errstate(divide="ignore", invalid="ignore"):
+    lf_a, lf_b = sps.log_ndtr(a), sps.log_ndtr(b)
+    ls_a, ls_b = sps.log_ndtr(-a), sps.log_ndtr(-b)
+    via_f = np.exp(lf_b) * -np.expm1(np.minimum(lf_a - lf_b, 0.0))
+    via_s = np.exp(ls_a) * -np.expm1(np.minimum(ls_b - ls_a, 0.0))
+  upper = a >= 0
+  mid = 1.0 - np.exp(lf_a) - np.exp(ls_b)
+  return np.maximum(np.nan_to_num(np.where(lower, via_f, np.where(upper, via_s, mid))), 0.0)
+
+
+def base_law(sigma, eta, spread, zeta=ZETA, theta=0.0):
+  """The law of one W (log W ~ N(−1/(2σ²), 1/σ²)) on the grid e^{θ + jη}.
+
+  spread: each cell's mass μ and first moment M (log-normal partial moments)
+  go to its endpoints with the same mass and mean; else to the point M/μ.
+  """
+  mu, s = -0.5 / sigma ** 2, 1.0 / sigma
+  zc = -sps.ndtri(zeta) + 0.5
+  j0, j1 = math.floor((mu - zc * s - theta) / eta), math.ceil((mu + zc * s - theta) / eta)
+  e = theta + np.arange(j0, j1 + 1) * eta
+  mass = _norm_cdf_pair((e[:-1] - mu) / s, (e[1:] - mu) / s)
+  # E[W; cell] = e^{mu + s²/2}·(Φ(b') − Φ(a')), shifted by s² (mean of W is 1)
+  mom = _norm_cdf_pair((e[:-1] - mu - s * s) / s, (e[1:] - mu - s * s) / s)
+  below = math.exp(float(sps.log_ndtr((e[0] - mu) / s)))
+  above_m = math.exp(float(sps.log_ndtr((mu - e[-1]) / s)))
+  above_mom = math.exp(float(sps.log_ndtr((mu + s * s - e[-1]) / s)))
+  if not spread:
+    ok = mass > 0
+    ratio = np.where(ok, mom / np.where(ok, mass, 1.0), 1.0)
+    pos = np.clip(np.log(np.maximum(ratio, 1e-300)), e[:-1], e[1:])
+    return CxLaw(j0, mass, pos, eta, 1, 0.0, 0.0, 0.0, 1e-10, 1)
+  g0, g1 = np.exp(e[:-1]), np.exp(e[1:])
+  hi_part = np.clip((mom - mass * g0) / (g1 - g0), 0.0, mass)
+  lo_part = mass - hi_part
+  p = np.zeros(mass.size + 1)
+  p[:-1] += lo_part
+  p[1:] += hi_part
+  return CxLaw(j0, p, None, eta, 1, below + above_m, below * math.exp(e[0]) + above_mom,
+               1e-10, 1e-10, 1, theta)
+
+
+# --------------------------------------------------------------------------
+# sums of two independent laws
+# --------------------------------------------------------------------------
+
+
+def _spread_sum(la, lb):
+  """Mean-preserving spread of A + B onto the grid, for every pair of atoms."""
+  eta = la.eta
+  dmin, dmax = lb.lo - la.hi, lb.hi - la.lo          # d = j − i (B's index − A's)
+  dd = np.arange(dmin, dmax + 1)
+  ad = np.abs(dd).astype(np.float64)
+  tau = np.log1p(np.exp(-ad * eta)) / eta
+  fl = np.floor(tau).astype(np.int64)
+  w = np.clip(np.expm1((tau - fl) * eta) / math.expm1(eta), 0.0, 1.0)
+  out_lo = min(la.lo, lb.lo)
+  out = np.zeros(max(la.hi, lb.hi) + int(fl.max()) + 3 - out_lo)
+  for d, f, wt in zip(dd.tolist(), fl.tolist(), w.tolist()):
+    i0, i1 = max(la.lo, lb.lo - d), min(la.hi, lb.hi - d)
+    if i1 < i0:
+      continue
+    v = la.p[i0 - la.lo:i1 - la.lo + 1] * lb.p[i0 + d - lb.lo:i1 + d - lb.lo + 1]
+    base = i0 + max(d, 0) + f - out_lo
+    out[base:base + v.size] += v * (1.0 - wt)
+    out[base + 1:base + 1 + v.size] += v * wt
+  return out_lo, out
+
+
+def _merge_sum(la, lb):
+  """A + B with the pairs that fall in one cell merged to their mean."""
+  eta = la.eta
+  lo = math.floor(float(np.logaddexp(la.pos.min(), lb.pos.min())) / eta) - 1
+  hi = math.floor(float(np.logaddexp(la.pos.max(), lb.pos.max())) / eta) + 1
+  mass = np.zeros(hi - lo + 1)
+  mom = np.zeros(hi - lo + 1)
+  rows = max(1, _CHUNK // max(lb.p.size, 1))
+  for r0 in range(0, la.p.size, rows):
+    pa, xa = la.p[r0:r0 + rows, None], la.pos[r0:r0 + rows, None]
+    s = np.logaddexp(xa, lb.pos[None, :])
+    c = np.floor(s / eta).astype(np.int64)
+    m = pa * lb.p[None, :]
+    idx = (c - lo).ravel()
+    mass += np.bincount(idx, weights=m.ravel(), minlength=mass.size)
+    mom += np.bincount(idx, weights=(m * np.exp(s - c * eta)).ravel(), minlength=mass.size)
+  ok = mass > 0
+  cells = lo + np.arange(mass.size)
+  rel = np.where(ok, mom / np.where(ok, mass, 1.0), 1.0)
+  pos = np.clip(cells * eta + np.log(np.maximum(rel, 1e-300)), cells * eta, (cells + 1) * eta)
+  return lo, mass, pos
+
+
+def combine(la, lb, zeta=ZETA):
+  """Law of A + B (independent), spread or merged like the inputs, truncated."""
+  n_add = la.p.size + lb.p.size + 4
+  rho = (1 + la.rho) * (1 + lb.rho) * (1 + 1.01 * n_add * _U) - 1
+  terms = la.terms + lb.terms
+  ops = max(la.ops, lb.ops) + 1
+  if la.pos is None:
+    if la.theta != lb.theta:
+      raise ValueError("combine: spread laws on different grids")
+    lo, p = _spread_sum(la, lb)
+    # dropped parts: E[(A+B); A or B dropped] <= dm_a + dq_a·E[B] + dm_b + dq_b·E[A]
+    dq = la.dq + lb.dq
+    dm = la.dm + la.dq * lb.terms + lb.dm + lb.dq * la.terms
+    out = CxLaw(lo, p, None, la.eta, terms, dq, dm, la.bad + lb.bad + 8 * _U, rho, ops, la.theta)
+  else:
+    lo, p, pos = _merge_sum(la, lb)
+    out = CxLaw(lo, p, pos, la.eta, terms, 0.0, 0.0, 0.0, rho, ops)
+  return truncate(out, zeta)
+
+
+def truncate(law, zeta=ZETA):
+  """Drops tails of mass <= ``zeta`` each (booked in dq, dm for a spread law)."""
+  p = law.p
+  cs, rs = np.cumsum(p), np.cumsum(p[::-1])
+  i0 = min(int(np.searchsorted(cs, zeta, side="right")), p.size - 1)
+  i1 = max(p.size - int(np.searchsorted(rs, zeta, side="right")), i0 + 1)
+  x = law.theta + (law.lo + np.arange(p.size)) * law.eta
+  drop = np.ones(p.size, bool)
+  drop[i0:i1] = False
+  dq = law.dq + math.fsum(p[drop].tolist()) * (1 + 1e-12)
+  dm = law.dm + math.fsum((p[drop] * np.exp(x[drop] + law.eta)).tolist()) * (1 + 1e-12)
+  pos = None if law.pos is None else law.pos[i0:i1]
+  return law._replace(lo=law.lo + i0, p=p[i0:i1].copy(), pos=pos, dq=dq, dm=dm)
+
+
+def _sum_law(base, count, cache):
+  """Law of a sum of ``count`` >= 1 W's (powers of two by doubling, cached)."""
+  key = ("pow", base.pos is None)
+  powers = cache.setdefault(key, [base])
+  while len(powers) < count.bit_length():
+    powers.append(combine(powers[-1], powers[-1]))
+  res = None
+  for t in range(count.bit_length()):
+    if (count >> t) & 1:
+      res = powers[t] if res is None else combine(res, powers[t])
+  return res
+
+
+def _plus_constant(law, c):
+  """Law of X + c (c >= 0): spread (two grid points) or moved (exact position)."""
+  if c <= 0:
+    return law
+  eta = law.eta
+  th = law.theta if law.pos is None else 0.0
+  x = th + (law.lo + np.arange(law.p.size)) * eta if law.pos is None else law.pos
+  s = np.logaddexp(x, math.log(c)) - th
+  cell = np.floor(s / eta).astype(np.int64)
+  lo = int(cell.min())
+  if law.pos is not None:
+    p = np.bincount(cell - lo, weights=law.p)
+    mom = np.bincount(cell - lo, weights=law.p * np.exp(s - cell * eta))
+    cells = lo + np.arange(p.size)
+    ok = p > 0
+    rel = np.where(ok, mom / np.where(ok, p, 1.0), 1.0)
+    pos = np.clip(cells * eta + np.log(np.maximum(rel, 1e-300)), cells * eta, (cells + 1) * eta)
+    return law._replace(lo=lo, p=p, pos=pos, rho=law.rho + 2 * law.p.size * _U, ops=law.ops + 1)
+  w = np.clip(np.expm1(s - cell * eta) / math.expm1(eta), 0.0, 1.0)
+  p = np.bincount(cell - lo, weights=law.p * (1 - w), minlength=int(cell.max()) - lo + 2)
+  p[1:] += np.bincount(cell - lo, weights=law.p * w, minlength=p.size - 1)[:p.size - 1]
+  dm = law.dm + c * law.dq
+  return law._replace(lo=lo, p=p, dm=dm, bad=law.bad + 8 * _U,
+                      rho=law.rho + 2 * law.p.size * _U, ops=law.ops + 1)
+
+
+class EpochPairs(NamedTuple):
+  """One epoch's certified laws of the loss L = log(S/k), as arrays:
+
+  upper (spread): Q-masses ``q_up`` at L = (lo_up + t)·η, with the
+  extra mass at +∞ ``inf_remove`` (P-side) and ``inf_add`` (Q-side);
+  lower (merged): Q-masses ``q_low`` at L = ``loss_low`` (exact positions).
+  ``tau``: the loss accuracy to book per epoch."""
+  lo_up: int
+  q_up: np.ndarray
+  inf_remove: float
+  inf_add: float
+  q_low: np.ndarray
+  loss_low: np.ndarray
+  log_k: float
+  eta: float
+  tau: float
+
+
+def epoch_pairs(sigma, k, m, eta_up, eta_low=None, cache=None):
+  """Certified upper (spread) and lower (merged) laws of an m-step epoch.
+
+  Args:
+    sigma: σ > 0; k: steps per epoch; m: steps, 1 <= m <= k.
+    eta_up, eta_low: grid steps of the two laws (eta_low None: eta_up).
+    cache: dict shared by calls with the same σ and grids.
+
+  Returns:
+    :class:`EpochPairs`.
+  """
+  if not 1 <= m <= k:
+    raise ValueError(f"m must be in [1, k={k}]; found {m}.")
+  eta_low = eta_up if eta_low is None else eta_low
+  cache = {} if cache is None else cache
+  log_k = math.log(k)
+  # the spread grid e^{θ + jη} puts L = log(S/k) on multiples of η
+  theta = log_k - eta_up * math.floor(log_k / eta_up)
+  if ("base", True) not in cache:
+    cache[("base", True)] = base_law(sigma, eta_up, True, theta=theta)
+    cache[("base", False)] = base_law(sigma, eta_low, False)
+  up, low = cache[("base", True)], cache[("base", False)]
+  su = _plus_constant(_sum_law(up, m, cache), float(k - m))
+  sl = _plus_constant(_sum_law(low, m, cache), float(k - m))
+  q_up = su.p * (1 + su.rho)
+  x = theta + (su.lo + np.arange(su.p.size)) * eta_up
+  p_mass = float(np.sum(q_up * np.exp(x - log_k)))
+  # a mass moved by one cell changes δ by at most (e^η − 1) times it (module docstring)
+  bad = su.bad * math.expm1(eta_up) * 2.0
+  inf_remove = (su.dm / k) * (1 + 1e-9) + bad * max(p_mass, 1.0)
+  inf_add = su.dq * (1 + 1e-9) + bad
+  q_low = sl.p / (1 + sl.rho)
+  tau = _TAU * (su.ops + sl.ops + 4) * (1 + abs(log_k))
+  shift = math.floor(log_k / eta_up)       # L = (lo_up + t − shift)·η
+  return EpochPairs(su.lo - shift, q_up, inf_remove, inf_add, q_low, sl.pos - log_k, log_k,
+                    eta_up, tau)

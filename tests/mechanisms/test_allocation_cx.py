@@ -1,0 +1,86 @@
+"""Second-order (convex-order) laws of random allocation, issue 38: the same
+independent references as test_allocation.py (Gaussian closed form for k = 1,
+quadrature for k = 2, 3 and partial epochs, fixed-seed Monte Carlo for k = 8),
+with intervals ~100x narrower at the same grid."""
+
+import math
+
+import numpy as np
+import pytest
+
+from jaxdp._src.mechanisms import allocation_cx as cx
+from test_allocation import gaussian_delta, integrated_delta
+
+
+def _deltas(ep, eps):
+  """(lower, upper) δ(ε) of one epoch, remove and add, read from the laws:
+  remove E_Q[(S/k − e^ε)_+], add E_Q[(1 − e^ε S/k)_+], +∞ masses on the upper side."""
+  ell = (ep.lo_up + np.arange(ep.q_up.size)) * ep.eta
+  e = math.exp(eps)
+  return {
+      "remove": (np.sum(ep.q_low * np.maximum(np.exp(ep.loss_low) - e, 0.0)),
+                 np.sum(ep.q_up * np.maximum(np.exp(ell) - e, 0.0)) + ep.inf_remove),
+      "add": (np.sum(ep.q_low * np.maximum(1 - e * np.exp(ep.loss_low), 0.0)),
+              np.sum(ep.q_up * np.maximum(1 - e * np.exp(ell), 0.0)) + ep.inf_add)}
+
+
+@pytest.mark.parametrize("sigma", [0.6, 1.1, 3.0])
+def test_k1_is_the_gaussian_mechanism(sigma):
+  ep = cx.epoch_pairs(sigma, 1, 1, 5e-3)
+  for eps in (0.0, 0.3, 1.0, 2.5):
+    ref = gaussian_delta(eps, sigma)
+    for lo, up in _deltas(ep, eps).values():
+      assert lo <= ref <= up
+      assert up - lo <= 1e-4 * ref + 1e-11   # + the booked round-off mass
+
+
+@pytest.mark.parametrize("k,m,sigma", [(2, 2, 1.0), (3, 3, 1.3), (2, 1, 1.0), (3, 2, 0.9)])
+def test_integration_inside_interval(k, m, sigma, nodes=None):
+  ep = cx.epoch_pairs(sigma, k, m, 3e-2)
+  nodes = nodes or ((240, 160) if m <= 2 else (160, 120))
+  for eps in (0.05, 0.4, 1.2):
+    got = _deltas(ep, eps)
+    for direction in ("remove", "add"):
+      ref = integrated_delta(eps, sigma, k, m, direction, *nodes)
+      lo, up = got[direction]
+      assert lo <= ref <= up, (direction, eps, lo, ref, up)
+      assert up - lo <= 0.01 * ref + 1e-10
+
+
+@pytest.mark.slow   # small σ: the quadrature needs ~40 s of nodes to resolve 1e-5
+def test_integration_inside_interval_small_sigma():
+  test_integration_inside_interval(2, 2, 0.7, nodes=(700, 500))
+
+
+def test_monte_carlo_one_epoch():
+  k, sigma, n = 8, 0.8, 1_000_000
+  ep = cx.epoch_pairs(sigma, k, k, 1e-2)
+  rng = np.random.default_rng(38)
+  x = rng.normal(0.0, sigma, size=(n, k))
+  x_p = x.copy()
+  x_p[:, 0] += 1.0
+  loss = lambda z: np.logaddexp.reduce((2 * z - 1) / (2 * sigma ** 2), axis=1) - math.log(k)
+  l_p, l_q = loss(x_p), loss(x)
+  for eps in (0.2, 0.8, 1.6):
+    got = _deltas(ep, eps)
+    for direction, sample in (("remove", l_p), ("add", -l_q)):
+      h = np.maximum(-np.expm1(eps - sample), 0.0)
+      est, se = h.mean(), h.std(ddof=1) / math.sqrt(n)
+      lo, up = got[direction]
+      assert up >= est - 5 * se and lo <= est + 5 * se, (direction, eps, lo, est, se, up)
+
+
+def test_spread_keeps_mass_and_mean():
+  # a mean-preserving spread: Q-mass 1 and E[S/k] = 1 (the remove side's P-mass),
+  # up to the tracked round-off; the merged law has at most both
+  for k, m in ((6, 6), (6, 4), (1, 1)):
+    ep = cx.epoch_pairs(1.2, k, m, 1e-2)
+    ell = (ep.lo_up + np.arange(ep.q_up.size)) * ep.eta
+    assert 1.0 <= ep.q_up.sum() + ep.inf_add <= 1 + 1e-8
+    assert 1.0 - 1e-20 <= np.sum(ep.q_up * np.exp(ell)) + ep.inf_remove <= 1 + 1e-8
+    assert ep.q_low.sum() <= 1.0 and np.sum(ep.q_low * np.exp(ep.loss_low)) <= 1.0
+
+
+def test_bad_m_raises():
+  with pytest.raises(ValueError, match="m must be"):
+    cx.epoch_pairs(1.0, 3, 4, 1e-2)
