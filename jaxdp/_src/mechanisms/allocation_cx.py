@@ -49,7 +49,7 @@ from scipy import special as sps
 __all__ = ["CxLaw", "base_law", "combine", "epoch_pairs", "EpochPairs"]
 
 _U = float(np.finfo(np.float64).eps)
-ZETA = 1e-25
+ZETA = 1e-18            # mass cut from each tail at every truncation (booked or dropped)
 _TAU = 1e-12             # relative accuracy of S assumed per operation (loss shift)
 _CHUNK = 1 << 22         # pairs per block of the dense merge
 
@@ -92,14 +92,14 @@ def _norm_cdf_pair(a, b):
   return np.maximum(np.nan_to_num(np.where(lower, via_f, np.where(upper, via_s, mid))), 0.0)
 
 
-def base_law(sigma, eta, spread, zeta=ZETA, theta=0.0):
+def base_law(sigma, eta, spread, zeta=None, theta=0.0):
   """The law of one W (log W ~ N(−1/(2σ²), 1/σ²)) on the grid e^{θ + jη}.
 
   spread: each cell's mass μ and first moment M (log-normal partial moments)
   go to its endpoints with the same mass and mean; else to the point M/μ.
   """
   mu, s = -0.5 / sigma ** 2, 1.0 / sigma
-  zc = -sps.ndtri(zeta) + 0.5
+  zc = -sps.ndtri(ZETA if zeta is None else zeta) + 0.5
   j0, j1 = math.floor((mu - zc * s - theta) / eta), math.ceil((mu + zc * s - theta) / eta)
   e = theta + np.arange(j0, j1 + 1) * eta
   mass = _norm_cdf_pair((e[:-1] - mu) / s, (e[1:] - mu) / s)
@@ -173,7 +173,7 @@ def _merge_sum(la, lb):
   return lo, mass, pos
 
 
-def combine(la, lb, zeta=ZETA):
+def combine(la, lb, zeta=None):
   """Law of A + B (independent), spread or merged like the inputs, truncated."""
   n_add = la.p.size + lb.p.size + 4
   rho = (1 + la.rho) * (1 + lb.rho) * (1 + 1.01 * n_add * _U) - 1
@@ -193,8 +193,9 @@ def combine(la, lb, zeta=ZETA):
   return truncate(out, zeta)
 
 
-def truncate(law, zeta=ZETA):
+def truncate(law, zeta=None):
   """Drops tails of mass <= ``zeta`` each (booked in dq, dm for a spread law)."""
+  zeta = ZETA if zeta is None else zeta
   p = law.p
   cs, rs = np.cumsum(p), np.cumsum(p[::-1])
   i0 = min(int(np.searchsorted(cs, zeta, side="right")), p.size - 1)
