@@ -182,3 +182,21 @@ def test_no_test_monkeypatches_a_private_name_on_a_facade():
             and target.value.id == "jaxdp"):
         bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
   assert not bad, bad
+
+
+def test_tests_follow_the_layers():
+  """The test tree mirrors jaxdp/_src (docs/architecture.md): each folder of
+  tests/ is a layer of the contract or ``package`` (the whole package's
+  checks); only conftest.py and the shared references stay at the top. With
+  no ``__init__.py``, pytest imports test files by their base name, which
+  must therefore be unique across the tree."""
+  layers = set(next(c for c in _pyproject()["tool"]["importlinter"]["contracts"]
+                    if c["type"] == "layers")["layers"])
+  tests = ROOT / "tests"
+  folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+  assert folders <= layers | {"package"}, sorted(folders - layers - {"package"})
+  top = {p.name for p in tests.glob("*.py")}
+  assert top <= {"conftest.py", "reference.py", "sampler_reference.py", "harness_reference.py"}, top
+  names = [p.name for p in tests.rglob("test_*.py")]
+  assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+  assert not list(tests.rglob("__init__.py"))
