@@ -47,6 +47,18 @@ def references(out):
              seconds=time.perf_counter() - t), out)
 
 
+def dp_accounting_poisson(out):
+  """dp_accounting's PLD accountant, Poisson sampling at q = B/N (same machine)."""
+  from dp_accounting import dp_event  # pylint: disable=g-import-not-at-top
+  from dp_accounting.pld import pld_privacy_accountant  # pylint: disable=g-import-not-at-top
+  t = time.perf_counter()
+  acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+  acc.compose(dp_event.PoissonSampledDpEvent(B / N, dp_event.GaussianDpEvent(SIGMA)), STEPS)
+  eps = float(acc.get_epsilon(DELTA))
+  _emit(dict(kind="dp_accounting_poisson_pld", epsilon=eps, value_discretization_interval=1e-4,
+             seconds=time.perf_counter() - t), out)
+
+
 def interval_at(eta, out):
   k = N // B
   t = time.perf_counter()
@@ -75,10 +87,13 @@ def main():
   ap.add_argument("--eta", type=float, nargs="*", default=[2e-3, 1e-3])
   ap.add_argument("--batch", type=int, default=0)
   ap.add_argument("--no-references", action="store_true")
+  ap.add_argument("--dp-accounting", action="store_true")
   ap.add_argument("--out", default="")
   a = ap.parse_args()
   if not a.no_references:
     references(a.out)
+  if a.dp_accounting:
+    dp_accounting_poisson(a.out)
   for eta in a.eta:
     interval_at(eta, a.out)
   if a.batch:

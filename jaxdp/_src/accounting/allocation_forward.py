@@ -20,9 +20,13 @@ directions, on each side. The upper laws are discretised already (every loss
 a multiple of the grid step η), so they are handed to the composition
 unchanged as its pessimistic PMFs, the lower laws as its optimistic ones.
 
-Grid step η (``value_discretization_interval``; automatic: ``_AUTO_ETA``).
+Grid step η (``value_discretization_interval``; automatic: ``_AUTO_ETA``·min(1, 1.1/σ),
+so that a law has ~10^4 cells whatever σ; the composition grid is η/r, r =
+round(η/2.5e-5) clipped to [1, 80]).
 Convex-order laws: the width is second order (MNIST-like, 60 epochs of
-k = 234, σ = 1.1, δ = 1e-5: 0.43% at η = 1e-3; benchmarks/allocation.py).
+k = 234, σ = 1.1, δ = 1e-5: [2.3391, 2.3409], 0.08% wide at η = 2e-3;
+benchmarks/allocation.py), plus < 2.5e-5 per epoch from the lower law's
+rounding to the composition grid.
 First-order laws: about (E + 1)·(2·log₂k + 3)·η (every log-sum-exp rounding
 moves a loss by at most η; 24% at η = 1e-3 on the same run). The number of atoms of a law is about
 (2z/σ + log k)/η (z ≈ 10.6 standard deviations for the truncated mass 1e-25);
@@ -56,7 +60,8 @@ _AUTO_ETA = 2e-3           # default grid step of the loss (MNIST-like: 0.08% wi
 _ETA_LIMIT = 0.05          # coarsest automatic grid step
 _MAX_ATOMS = 1 << 21       # largest one-epoch law (first-order laws)
 _MAX_CX_ATOMS = 1 << 16    # largest convex-order law (its sums are dense: O(n²))
-_COMPOSE_RATIO = 80       # composition grid η/80 for the convex-order laws (the lower law rounds down to it)
+_COMPOSE_RATIO = 80       # composition grid η/r for the convex-order laws (the lower law rounds down
+_COMPOSE_GRID = 2.5e-5    # to it): r = round(η / 2.5e-5) clipped to [1, 80]
 _CX_ETA_LOW = 4e-3         # grid of the merged (lower) law: second order, O(n²) merges
 
 
@@ -132,7 +137,7 @@ def _compose_read(kind, phases, value, eta):
     focus = dict(eps=float(fin.min()) if fin.size else math.inf)
   counts = [c for _, c in phases]
   cx = isinstance(phases[0][0], _allocation_cx.EpochPairs)
-  r = _COMPOSE_RATIO if cx else 1
+  r = max(1, min(_COMPOSE_RATIO, round(eta / _COMPOSE_GRID))) if cx else 1
   eta = eta / r
   lo = up = None
   for direction in ("remove", "add"):
@@ -173,7 +178,9 @@ def interval(kind, sigma, k, steps, value, value_discretization_interval=None):
     z = np.zeros(value.shape)
     return z, z
   automatic = value_discretization_interval is None
-  eta = _AUTO_ETA if automatic else float(value_discretization_interval)
+  # automatic: the grid follows the spread of log W (standard deviation 1/σ),
+  # so that a law has about 19/(σ·η) <= 10^4 cells at any σ
+  eta = _AUTO_ETA * min(1.0, 1.1 / float(sigma)) if automatic else float(value_discretization_interval)
   while True:
     try:
       return _compose_read(kind, _phases(float(sigma), int(k), int(steps), eta), value, eta)
