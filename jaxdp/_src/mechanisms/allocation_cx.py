@@ -132,6 +132,9 @@ def _spread_sum(la, lb):
   """Mean-preserving spread of A + B onto the grid, for every pair of atoms."""
   eta = la.eta
   dmin, dmax = lb.lo - la.hi, lb.hi - la.lo          # d = j − i (B's index − A's)
+  same = la is lb     # doubling: pairs (i, j) and (j, i) land alike; d >= 0, twice for d > 0
+  if same:
+    dmin = 0
   dd = np.arange(dmin, dmax + 1)
   ad = np.abs(dd).astype(np.float64)
   tau = np.log1p(np.exp(-ad * eta)) / eta
@@ -144,6 +147,8 @@ def _spread_sum(la, lb):
     if i1 < i0:
       continue
     v = la.p[i0 - la.lo:i1 - la.lo + 1] * lb.p[i0 + d - lb.lo:i1 + d - lb.lo + 1]
+    if same and d:
+      v = v * 2.0
     base = i0 + max(d, 0) + f - out_lo
     out[base:base + v.size] += v * (1.0 - wt)
     out[base + 1:base + 1 + v.size] += v * wt
@@ -158,11 +163,17 @@ def _merge_sum(la, lb):
   mass = np.zeros(hi - lo + 1)
   mom = np.zeros(hi - lo + 1)
   rows = max(1, _CHUNK // max(lb.p.size, 1))
+  same = la is lb     # doubling: only j >= i, the pairs j > i twice
   for r0 in range(0, la.p.size, rows):
+    c0 = r0 if same else 0
     pa, xa = la.p[r0:r0 + rows, None], la.pos[r0:r0 + rows, None]
-    s = np.logaddexp(xa, lb.pos[None, :])
+    s = np.logaddexp(xa, lb.pos[None, c0:])
     c = np.floor(s / eta).astype(np.int64)
-    m = pa * lb.p[None, :]
+    m = pa * lb.p[None, c0:]
+    if same:
+      i = np.arange(r0, r0 + pa.shape[0])[:, None]
+      j = np.arange(c0, lb.p.size)[None, :]
+      m = np.where(j > i, 2.0 * m, np.where(j == i, m, 0.0))
     idx = (c - lo).ravel()
     mass += np.bincount(idx, weights=m.ravel(), minlength=mass.size)
     mom += np.bincount(idx, weights=(m * np.exp(s - c * eta)).ravel(), minlength=mass.size)
