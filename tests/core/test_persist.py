@@ -35,10 +35,13 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
-def _run(cache_dir):
+def _run(cache_dir, jax_cache=None):
   env = {k: v for k, v in os.environ.items()
          if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))}
   env["JAXDP_CACHE_DIR"] = str(cache_dir)
+  if jax_cache is not None:
+    env["JAX_COMPILATION_CACHE_DIR"] = str(jax_cache)
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
   out = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True,
                        check=True, timeout=300)
   return json.loads(out.stdout.strip().splitlines()[-1])
@@ -66,6 +69,37 @@ def test_a_later_process_loads_instead_of_compiling(tmp_path):
   assert all(os.path.getsize(p) > 100 for p in stored)
 
 
+def test_nothing_stored_while_jax_cache_is_on(tmp_path):
+  """An executable JAX's own persistent cache served serializes without its
+  compiled functions (jaxlib 0.10), so with JAX's cache on (the user's
+  choice, or the jaxdp command) nothing is stored; answers are unchanged."""
+  first = _run(tmp_path / "jaxdp", jax_cache=tmp_path / "jax")
+  second = _run(tmp_path / "jaxdp", jax_cache=tmp_path / "jax")
+  assert _entries(tmp_path / "jaxdp" / "executables") == []
+  assert first["d"] == second["d"] == _run(tmp_path / "plain")["d"]
+
+
+def test_an_entry_failing_at_its_first_call_is_dropped(tmp_path, monkeypatch):
+  """A loaded executable that raises at its first call (a broken entry) is
+  removed from the disk and the call is answered by jax.jit."""
+  monkeypatch.setenv("JAXDP_CACHE_DIR", str(tmp_path))
+  monkeypatch.setattr(persist, "_MIN_COMPILE_SECONDS", 0.0)
+  monkeypatch.setattr(persist, "_jax_cache_on", lambda: False)
+  f = persist.jit(lambda x: x * 7.0 - 1.0)
+  x = np.arange(5.0, dtype=np.float32)
+  np.testing.assert_array_equal(f(x), x * 7 - 1)
+  (stored,) = _entries(tmp_path / "executables")
+  persist.clear_memory()
+
+  def broken(*args, **kwargs):
+    raise jax.errors.JaxRuntimeError("NOT_FOUND: Function add_fusion not found")
+
+  monkeypatch.setattr(persist, "_load", lambda path: broken)
+  np.testing.assert_array_equal(f(x), x * 7 - 1)
+  assert not os.path.exists(stored)
+  np.testing.assert_array_equal(f(x), x * 7 - 1)
+
+
 def test_off_writes_nothing(tmp_path):
   off = _run("off")
   assert not any(tmp_path.iterdir())
@@ -78,6 +112,7 @@ def test_same_name_other_program_is_never_reused(tmp_path, monkeypatch):
   text), and a monkeypatched global is seen."""
   monkeypatch.setenv("JAXDP_CACHE_DIR", str(tmp_path))
   monkeypatch.setattr(persist, "_MIN_COMPILE_SECONDS", 0.0)
+  monkeypatch.setattr(persist, "_jax_cache_on", lambda: False)   # the suite turns JAX's on
 
   def make(c):
     return persist.jit(lambda x: x * c + 1.0)
@@ -110,6 +145,7 @@ def test_monkeypatched_global_lowers_to_another_program(tmp_path, monkeypatch):
   so the disk never serves the old one."""
   monkeypatch.setenv("JAXDP_CACHE_DIR", str(tmp_path))
   monkeypatch.setattr(persist, "_MIN_COMPILE_SECONDS", 0.0)
+  monkeypatch.setattr(persist, "_jax_cache_on", lambda: False)   # the suite turns JAX's on
   x = np.ones(3, np.float32)
   np.testing.assert_array_equal(_scaled(x), 2 * x)
   persist.clear_memory()
@@ -121,6 +157,7 @@ def test_monkeypatched_global_lowers_to_another_program(tmp_path, monkeypatch):
 def test_works_under_transformations_and_with_static_arguments(tmp_path, monkeypatch):
   monkeypatch.setenv("JAXDP_CACHE_DIR", str(tmp_path))
   monkeypatch.setattr(persist, "_MIN_COMPILE_SECONDS", 0.0)
+  monkeypatch.setattr(persist, "_jax_cache_on", lambda: False)   # the suite turns JAX's on
 
   @persist.jit
   def f(x, y):

@@ -163,9 +163,23 @@ def _store(path, compiled):
     raise
 
 
+class _Entry:
+  """A program of the in-memory table: its executable, the disk entry it was
+  loaded from (None when compiled here), and whether a call has succeeded."""
+  __slots__ = ("exe", "path", "checked")
+
+  def __init__(self, exe, path):
+    self.exe, self.path, self.checked = exe, path, path is None
+
+
+def _jax_cache_on() -> bool:
+  from jax._src import compilation_cache  # pylint: disable=g-import-not-at-top
+  return bool(compilation_cache.is_persistent_cache_enabled())
+
+
 def _executable(jitted, args, kwargs):
   """The compiled program for these arguments: loaded from disk, or compiled
-  and stored. Returns None where the disk cache cannot serve them."""
+  and stored, as an :class:`_Entry`."""
   from jax._src import config as _config  # pylint: disable=g-import-not-at-top
   # Traced as in a plain call: a caller's jax.ensure_compile_time_eval() would
   # run every constant subexpression op by op (one compilation each) while
@@ -175,18 +189,40 @@ def _executable(jitted, args, kwargs):
   path = _path(lowered)
   if path is not None and os.path.exists(path):
     try:
-      return _load(path)
+      return _Entry(_load(path), path)
     except Exception:  # pylint: disable=broad-except
       pass   # a stale or broken entry: compile again and overwrite it
   start = time.perf_counter()
   compiled = lowered.compile()
-  if path is not None and time.perf_counter() - start >= _MIN_COMPILE_SECONDS:
+  # An executable that JAX's own persistent cache served (when the user turned
+  # it on) serializes without its compiled functions (jaxlib 0.10: "Function
+  # ... not found" when the copy is called): only fresh compilations are stored.
+  if (path is not None and time.perf_counter() - start >= _MIN_COMPILE_SECONDS
+      and not _jax_cache_on()):
     try:
       _store(path, compiled)
       _prune(os.path.dirname(os.path.dirname(path)))
     except Exception:  # pylint: disable=broad-except
       pass   # a read-only or full disk only costs the next process a compile
-  return compiled
+  return _Entry(compiled, None)
+
+
+def _call(entry, jitted, memo, sig, args, kwargs, dyn_args, dyn_kwargs):
+  """Runs the entry; a loaded executable that fails at its first call is
+  dropped (memory and disk) and the call goes to ``jax.jit``."""
+  if entry.checked:
+    return entry.exe(*dyn_args, **dyn_kwargs)
+  try:
+    out = entry.exe(*dyn_args, **dyn_kwargs)
+  except jax.errors.JaxRuntimeError:
+    memo[sig] = False
+    try:
+      os.unlink(entry.path)
+    except OSError:
+      pass
+    return jitted(*args, **kwargs)
+  entry.checked = True
+  return out
 
 
 def _default_placed(leaves) -> bool:
@@ -261,7 +297,7 @@ def jit(fun: Optional[Callable] = None, /, **jit_kwargs: Any):
           memo[sig] = exe
     if exe is False:
       return jitted(*args, **kwargs)
-    return exe(*dyn_args, **dyn_kwargs)
+    return _call(exe, jitted, memo, sig, args, kwargs, dyn_args, dyn_kwargs)
 
   for attr in ("lower", "trace", "eval_shape"):
     if hasattr(jitted, attr):
