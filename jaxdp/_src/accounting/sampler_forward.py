@@ -51,12 +51,14 @@ public computation only (:func:`jaxdp._src.core.descend.descend`).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax.numpy as jnp
 import numpy as np
 
 from jaxdp._src.core import numerics as nx
+from jaxdp._src.core import persist
 from jaxdp._src import events as _events
 from jaxdp._src.mechanisms import pairs as _pairs
 from jaxdp._src.events import is_sampler
@@ -84,6 +86,16 @@ def _rdp_total(sampler, sigma, steps, orders):
   count = compositions(sampler, sampler.event(float(flat[0])), steps)
   # Round the product up (ε grows with it).
   return np.nextafter(curve * np.asarray(count)[..., None], np.inf), orders
+
+
+@functools.partial(persist.jit, static_argnums=(0, 1))
+def _convert(kind, grid, total, value):
+  """RDP curve -> ε at δ = value (kind "epsilon") or δ at ε = value, one
+  compiled program per order grid (op by op it was ~30 small compilations)."""
+  from jaxdp._src.kernels import rdp as _rdp  # pylint: disable=g-import-not-at-top
+  if kind == "epsilon":
+    return _rdp.to_epsilon(total, np.asarray(grid), value)[0]
+  return _rdp.to_delta(total, np.asarray(grid), value)
 
 
 def epsilon(sampler, sigma, steps, delta, accountant="rdp", orders=None):
@@ -120,15 +132,11 @@ def sampler_answer(kind, sampler, sigma, steps, value, accountant, orders):
     fn = rate.epsilon if kind == "epsilon" else rate.delta
     count = compositions(sampler, ev, steps)
     return fn(np.full(shape, float(ev.q)), sigma, count, value, orders=orders)
-  from jaxdp._src.kernels import rdp as _rdp  # pylint: disable=g-import-not-at-top
   with nx.x64():
     # ``grid`` is the orders of the curve; the coupling below gets the user's
     # ``orders`` (None: every real order for the untruncated Poisson answer).
     total, grid = _rdp_total(sampler, sigma, steps, orders)
-    if kind == "epsilon":
-      out, _ = _rdp.to_epsilon(jnp.asarray(total), grid, jnp.asarray(value))
-    else:
-      out = _rdp.to_delta(jnp.asarray(total), grid, jnp.asarray(value))
+    out = _convert(kind, tuple(float(a) for a in grid), jnp.asarray(total), jnp.asarray(value))
     out = np.nextafter(np.asarray(out, np.float64), np.inf)  # round up
   out = _with_coupling(kind, sampler, sigma, steps, value, out, "rdp", orders)
   if kind == "delta":
