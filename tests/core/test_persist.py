@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -130,6 +131,32 @@ def test_same_name_other_program_is_never_reused(tmp_path, monkeypatch):
   np.testing.assert_array_equal(f3(x), x * 3 + 1)
   np.testing.assert_array_equal(f2(x), x * 2 + 1)
   assert compiles == []                                  # both loaded from the disk
+
+
+class _EventA(NamedTuple):
+  a: float
+  b: float
+
+
+class _EventB(NamedTuple):
+  a: float
+  b: float
+
+
+def test_same_text_other_structure_is_not_reused(tmp_path, monkeypatch):
+  """Two event classes with the same leaves lower to the same program text;
+  the executable stored for one must not serve the other (its input and
+  output structures are in the key)."""
+  monkeypatch.setenv("JAXDP_CACHE_DIR", str(tmp_path))
+  monkeypatch.setattr(persist, "_MIN_COMPILE_SECONDS", 0.0)
+  monkeypatch.setattr(persist, "_jax_cache_on", lambda: False)
+  f = persist.jit(lambda ev: type(ev)(ev.a * 2.0, ev.b + 1.0))
+  out_a = f(_EventA(np.float32(1.0), np.float32(2.0)))
+  persist.clear_memory()
+  out_b = f(_EventB(np.float32(1.0), np.float32(2.0)))
+  assert type(out_a) is _EventA and type(out_b) is _EventB
+  assert float(out_b.a) == 2.0 and float(out_b.b) == 3.0
+  assert len(_entries(tmp_path / "executables")) == 2
 
 
 _SCALE = 2.0

@@ -46,7 +46,7 @@ import jax
 
 from jaxdp._src.core import cache as _cache
 
-_FORMAT = 1             # bump when the entry layout changes
+_FORMAT = 2             # bump when the entry layout or key changes
 _SUBDIR = "executables"
 _MIN_COMPILE_SECONDS = 0.2   # quicker compiles are not worth a disk entry
 _MAX_ENTRIES = 2000          # beyond this, the least recently used quarter goes
@@ -113,9 +113,13 @@ def _path(lowered) -> Optional[str]:
   if folder is None:
     return None
   backend = jax.default_backend()
+  # The executable carries the Python structure of its inputs and outputs:
+  # two pytrees with the same leaves (say two event classes) lower to the
+  # same text, so their structures are part of the key.
+  structure = f"in={lowered.in_tree}\nout={lowered.out_tree}"
   text = lowered.as_text()
-  key = hashlib.sha256(
-      (_environment(backend, bool(jax.config.jax_enable_x64)) + "\n" + text).encode()).hexdigest()
+  key = hashlib.sha256((_environment(backend, bool(jax.config.jax_enable_x64)) + "\n"
+                        + structure + "\n" + text).encode()).hexdigest()
   return os.path.join(folder, key[:2], key + ".exe")
 
 
@@ -214,8 +218,8 @@ def _call(entry, jitted, memo, sig, args, kwargs, dyn_args, dyn_kwargs):
     return entry.exe(*dyn_args, **dyn_kwargs)
   try:
     out = entry.exe(*dyn_args, **dyn_kwargs)
-  except jax.errors.JaxRuntimeError:
-    memo[sig] = False
+  except (jax.errors.JaxRuntimeError, TypeError):   # the arguments were traced already:
+    memo[sig] = False                               # a broken or mismatched entry
     try:
       os.unlink(entry.path)
     except OSError:
