@@ -268,7 +268,7 @@ class TruncatedPoissonGaussian(EventBase, collections.namedtuple(
   pair of neighbouring datasets that the mechanism attains (every other
   gradient 0: the example is in the batch with probability
   q·E[min(1, capacity/(K+1))], K ~ Binomial(N−1, q)) forces ε ≥ 2.65
-  (tests/test_doc_examples.py). When
+  (tests/package/test_doc_examples.py). When
   ``capacity >= dataset_size`` nothing is ever truncated and the event equals
   ``SampledGaussian(q, sigma)``.
 

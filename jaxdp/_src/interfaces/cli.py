@@ -155,8 +155,8 @@ def _print_tight(args, q, sigma, steps) -> None:
   both certify an interval [lower, upper] holding the exact ε, so the two
   intervals overlap: each printed value is at least the other engine's
   certified lower end, and the two values differ by at most the wider
-  interval's width (tests/test_surfaces_cli_sweep.py,
-  tests/test_surface_consistency.py). MNIST, q = 256/60000, σ = 1.1, 60
+  interval's width (tests/package/test_surfaces_cli_sweep.py,
+  tests/package/test_surface_consistency.py). MNIST, q = 256/60000, σ = 1.1, 60
   epochs = 14040 steps, δ = 1e-5: command 2.379657 (lower 2.379366), Python
   2.379977 (lower 2.378692); difference 3.2e-4 <= widths 2.9e-4 / 1.3e-3.
   """

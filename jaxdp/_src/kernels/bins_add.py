@@ -44,7 +44,7 @@ D_α(Q‖P) = log E[M^{-s}]/s. Every step is an inequality in the upward directi
     rounded (|δ| ≤ u); each f ∈ {exp, log, expm1, log1p, tanh, gammaln}
     returns f(x)(1 + δ), |δ| ≤ K_f·2u (gammaln: absolute error ≤ K·2u·max(1, |f|),
     as its zeros at 1 and 2 forbid a relative bound). K_f is not taken from any
-    documentation: tests/test_bins_add_margin.py measures it against mpmath on
+    documentation: tests/kernels/test_bins_add_margin.py measures it against mpmath on
     this backend over the argument ranges this module reaches (logged from calls
     over the domain) and enforces ``_ULPS``. Measured (XLA CPU, jax 0.10, units
     of 2u): exp 0.95, log 0.48, expm1 1.97, tanh 3.5, gammaln 5.6, log1p ≤ 1.3
@@ -111,7 +111,7 @@ _JU = 32           # floor: uniform density of this many points over the whole v
 _NG_BASE, _NG_PER_ORDER, _NG_MAX = 512, 32, 4096   # shared grid size
 _MARGIN = 1e-12    # relative round-off allowance, see (5)
 # Accuracy (units of 2u = 2⁻⁵²) assumed of the elementary functions, and enforced
-# by measurement against mpmath on this backend (tests/test_bins_add_margin.py).
+# by measurement against mpmath on this backend (tests/kernels/test_bins_add_margin.py).
 _ULPS = {"exp": 2.0, "log": 2.0, "expm1": 4.0, "log1p": 16.0, "tanh": 8.0, "gammaln": 16.0}
 _LOG1P_WIDE = ((-0.4143, -0.359), 256.0)   # … except log1p on this interval (XLA CPU: 120)
 _U_MAX_I = 1e8     # the I bound is used only where u ≤ this

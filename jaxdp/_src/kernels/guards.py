@@ -60,7 +60,7 @@ def _bisect_one_step(q, sigma, log_delta, bisections=12, falsi=12):
   δ_1(hi) keeps lo <= ε_1 whatever the steps: ``bisections`` halvings of
   log ε over [1e-20, the unsampled Gaussian's RDP ε (or 1e8)], then
   ``falsi`` steps of the Illinois method on log δ_1 (within 5e-8 relative
-  of the exact ε_1 over the domain; tests/test_pld_budget.py checks 1e-7;
+  of the exact ε_1 over the domain; tests/pld/test_pld_budget.py checks 1e-7;
   fewer once every bracket is within 1e-9 relative),
   each falling back to the midpoint where a value is not finite.  ~28 profile evaluations (~17 ms for 32 configurations)
   against ~6 ms for the 110-step jitted bisection, whose compilation took 1.4-2 s

@@ -57,7 +57,7 @@ __all__ = [
 # Below this argument the log Mills ratio uses the continued fraction.
 _CF_SWITCH = 5.0
 # Continued-fraction depth: full float64 precision for x <= -5 (checked
-# against mpmath in tests/test_profiles.py).
+# against mpmath in tests/kernels/test_profiles.py).
 _CF_TERMS = 32
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 # A-priori error allowance, in ulps of the magnitudes involved.

@@ -162,7 +162,7 @@ def sampled_gaussian(q, sigma, alpha, *, _nodes=None):
   one ulp of log q is amplified α-fold (float32: ~1e-3 relative); each
   log-term is raised by a rounding allowance for its parts' magnitudes,
   which keeps float32 values upper bounds at the price of up to ~1% extra
-  looseness there (α ≳ 1000, ``tests/test_soundness.py``); float64 gives
+  looseness there (α ≳ 1000, ``tests/package/test_soundness.py``); float64 gives
   up ~1e-11 at most. Float32 quadrature adds a proven bound on its
   round-off to log(A_α - 1) (``_f32_node_bound``: ≲ 2e-4 relative in RDP
   for α ≤ 100, up to ~1.6% at α ~ 4000), in place of the flat measured 2e-3

@@ -92,7 +92,7 @@ def _host_turn(n):
 # questions pays at most twice the compilation, and a PLD calibration's
 # rounds (a dozen, two guarded calls each) compile no RDP program.  Later
 # calls use the compiled programs.  The two paths agree to 2e-13 relative
-# (tests/test_host_rdp.py).
+# (tests/kernels/test_host_rdp.py).
 _PLD_GUARD_HOST_MAX = 256
 
 

@@ -38,7 +38,7 @@ _WINDOW_DROP = 64.0
 # _F32_TAU[f]·u relative (the float32 nodes use no compensated formula, see
 # quadrature_log1p). Measured on CPU (jax 0.10.2, dense
 # sweeps over the arguments the quadrature uses,
-# tests/test_rdp_float32_margin.py): exp 1.4u, log 2.0u, log1p 3.4u, expm1
+# tests/kernels/test_rdp_float32_margin.py): exp 1.4u, log 2.0u, log1p 3.4u, expm1
 # 6.4u; CUDA's libdevice documents expf 2 ulps (≤ 4u), logf/log1pf/expm1f
 # 1 ulp (≤ 2u). The assumed bounds keep ≥ 2.35× over the worst measured (and
 # ≥ 1.5× over libdevice). Each formula's bound counts every rounding of every
@@ -302,8 +302,8 @@ def log_a_minus_1_quadrature_impl(log_q, log_1mq, sigma, alpha, nodes=NODES_PER_
 
   All arguments broadcast together; see the module comment for the method.
   Relative error below 1e-12 over q ∈ [1e-8, 1], α ∈ (1, 10⁴] with 64 nodes
-  per window for σ ≥ 0.3 and with 40 nodes for σ ≥ 0.5 (tests/test_rdp.py,
-  tests/test_soundness.py against mpmath).
+  per window for σ ≥ 0.3 and with 40 nodes for σ ≥ 0.5 (tests/kernels/test_rdp.py,
+  tests/package/test_soundness.py against mpmath).
 
   Like the other private kernels of this module it takes the array
   namespace ``xp``: ``jnp`` (jittable, the default) or ``numpy`` (the

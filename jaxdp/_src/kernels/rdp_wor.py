@@ -252,7 +252,7 @@ def without_replacement_gaussian(dataset_size, batch_size, sigma, alpha, relatio
   ε(α) ≤ ``rdp.sampled_gaussian(B/N, σ/2, α)`` (q' ≤ B/N for both
   neighbours; MTZ 2019 Thm 5 covers both orders), capped by the unamplified
   sensitivity-2 Gaussian 2α/σ². Attained exactly with the other gradients -1
-  and x's +1 (tests/test_rdp_samplers.py).
+  and x's +1 (tests/kernels/test_rdp_samplers.py).
 
   Args:
     dataset_size: N ≥ 1 (examples).

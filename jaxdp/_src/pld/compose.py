@@ -29,7 +29,7 @@ _PRODUCT_ULPS = 2.0
 # (1 + mu + eta) with eta = u + sqrt(5)u + mu. With the twiddles' absolute
 # error mu <= 8u (a stated safety factor of 8 over the ~1 ulp twiddle tables
 # of DUCC and cuFFT; checked against long-double references in
-# tests/test_pld_roundoff.py), 2·8u + 3.24u < 20u.
+# tests/pld/test_pld_roundoff.py), 2·8u + 3.24u < 20u.
 _LEVEL_ULPS = 20.0
 
 

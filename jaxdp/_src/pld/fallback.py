@@ -35,7 +35,7 @@ single-phase configurations through it too), so their answers are bitwise
 equal for the same call (the general engine's intervals are cached per
 (q, σ, T, queries, rtol)). Two documented exceptions: the RDP bound comes
 from the host path for the first calls of a process and from the compiled
-programs later (they agree to 2e-13 relative, tests/test_host_rdp.py), and
+programs later (they agree to 2e-13 relative, tests/kernels/test_host_rdp.py), and
 a call holding more than :data:`MAX_CONFIGURATIONS` wide configurations
 leaves those beyond the cap with the kernel's interval capped by RDP, where
 the same question asked alone gets the general engine too. The

@@ -59,7 +59,7 @@ mechanism near -log(1-q), has no mass above to borrow from). h is then shrunk
 (at most 2x) so that the smallest top loss of the pairs (an atom or a pile-up:
 ε0 of pure DP, 1/b of Laplace, -log(1-q) of the add direction of subsampling)
 is a grid point. The measured upper - lower gap is below rtol·ε/2 on DP-SGD
-configurations (q 1e-3..0.1, σ 0.5..5, T up to 1e5; tests/test_pld_general.py).
+configurations (q 1e-3..0.1, σ 0.5..5, T up to 1e5; tests/pld/test_pld_general.py).
 When a one-step grid would exceed 2^22 cells or the composed window 2^22
 points, an automatic h is doubled (up to ``_H_AUTO_LIMIT`` = 1, beyond which
 :class:`GridTooLarge`, a ``ValueError`` naming ``phases``, says that this

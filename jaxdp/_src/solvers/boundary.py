@@ -317,7 +317,7 @@ def _pld_boundary(kind, target, delta, a, b, rtol):
   ~1/3 cheaper per round), which is bit for bit the upper end of the full
   evaluation that :func:`jaxdp.epsilon` reports (the pessimistic PMF, its
   window and the composition programs do not depend on the optimistic side
-  or on the other configurations of a call: ``tests/test_pld_upper_only.py``).
+  or on the other configurations of a call: ``tests/pld/test_pld_upper_only.py``).
   The answer is the smallest σ (largest q) whose ε that evaluated <= target.
   On the 32 targets of ``benchmarks/calibration.py``: 5 rounds (64, 32, 35,
   41 and 4 evaluations), against 9 rounds of full evaluations before.

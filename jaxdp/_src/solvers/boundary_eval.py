@@ -220,7 +220,7 @@ def _check_epsilon_rdp(q, s, t_steps, d, orders, with_order=False):
 
 
 # The host path (jaxdp._src.kernels.host_rdp) and the compiled one agree to 2e-13
-# relative down to sigma = 0.01 (tests/test_host_rdp.py); a host value inflated by this margin
+# relative down to sigma = 0.01 (tests/kernels/test_host_rdp.py); a host value inflated by this margin
 # that meets a target meets it on either path of jaxdp.epsilon.
 _HOST_MARGIN = 1e-10
 
