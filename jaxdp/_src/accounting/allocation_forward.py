@@ -24,10 +24,11 @@ Grid step η (``value_discretization_interval``; automatic: ``_AUTO_ETA``·min(1
 so that a law has ~10^4 cells whatever σ; the composition grid is η/r, r =
 round(η/2.5e-5) clipped to [1, 80]).
 Convex-order laws: the width is second order (MNIST-like, 60 epochs of
-k = 234, σ = 1.1, δ = 1e-5: [2.3367, 2.3420], 0.23% wide at the automatic
-η = 4e-3 with the merged law on 8e-3, ~2 s; [2.3391, 2.3409], 0.08%, at η = 2e-3
-with 4e-3, ~5 s; benchmarks/allocation.py), plus < 2.5e-5 per epoch from the
-lower law's rounding to the composition grid.
+k = 234, σ = 1.1, δ = 1e-5: [2.3367, 2.3443], 0.33% wide at the automatic
+η = 4e-3 with the merged law on 8e-3, ~2 s on the shared 2-core CPU;
+benchmarks/allocation.py), plus < 2.5e-5 per epoch from the lower law's
+rounding to the composition grid; the upper end carries the booked round-off
+mass of the spread (module docstring of ``allocation_cx``).
 First-order laws: about (E + 1)·(2·log₂k + 3)·η (every log-sum-exp rounding
 moves a loss by at most η; 24% at η = 1e-3 on the same run). The number of atoms of a law is about
 (2z/σ + log k)/η (z ≈ 10.6 standard deviations for the truncated mass 1e-25);
@@ -57,7 +58,7 @@ from jaxdp._src.pld.general_readout import _delta_of, _epsilon_of
 __all__ = ["is_allocation", "interval", "pld_bounds", "tight_upper"]
 
 _KAPPA = 1e-22
-_AUTO_ETA = 4e-3           # default grid step of the loss (MNIST-like: 0.23% wide, ~2 s; benchmarks/allocation.py)
+_AUTO_ETA = 4e-3           # default grid step of the loss (MNIST-like: 0.33% wide, ~2 s; benchmarks/allocation.py)
 _ETA_LIMIT = 0.05          # coarsest automatic grid step
 _MAX_ATOMS = 1 << 21       # largest one-epoch law (first-order laws)
 _MAX_CX_ATOMS = 1 << 16    # largest convex-order law (its sums are dense: O(n²))

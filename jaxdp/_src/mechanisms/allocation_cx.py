@@ -32,10 +32,16 @@ drop mass beyond ±z standard deviations and book it: a dropped Q-mass μ and
 first moment M add at most μ (add) and M/k (remove: the P-mass) to any
 composed δ, and are carried at +∞ (δ ≤ the kept part's δ + P[some part dropped]).
 Round-off: masses are sums of products of non-negative numbers (relative
-error tracked as ρ; upper masses inflated by 1 + ρ, lower deflated); a split
-weight or a position computed in float64 is off by a few ulps, i.e. a mass of
-relative size ≤ 8u moved by one cell, booked as extra +∞ mass (upper), and a
-relative error ≤ 1e-12 of S, booked as a loss shift ``tau`` per epoch.
+error tracked as ρ, from the cells' log-CDF error bounds; upper masses
+inflated by 1 + ρ, lower deflated). A split may put a little mass on the wrong
+endpoint: the base cells' bound Σ (err(M) + g₀·err(μ))/(g₁ − g₀) (amplified by
+1/η: ~1.6e-9 at σ = 1.1, η = 4e-3) plus 8u per later split, summed over the
+terms (``bad``). Moving a mass x by one cell changes any composed δ by at most
+(e^η − 1)·x (the hinge is Lipschitz in S_t with slope Π_{s≠t} S_s/k, whose
+mean is 1, for remove; the add hinge is in [0, 1] and decreasing), so
+2(e^η − 1)·bad is booked at +∞ in both directions. A position of the merged
+law is off by its base log-ratio error and ~1e-12 relative per operation,
+booked as a loss shift ``tau`` per epoch (log-sum-exp is 1-Lipschitz).
 """
 
 from __future__ import annotations
@@ -80,16 +86,22 @@ class CxLaw(NamedTuple):
 
 
 def _norm_cdf_pair(a, b):
-  """Φ(b) − Φ(a) for arrays a < b, computed on the smaller tail's side."""
+  """Φ(b) − Φ(a) for arrays a < b, computed on the smaller tail's side, and an
+  absolute error bound (log-CDFs accurate to 16 ulps of 1 + |log F|, as in
+  :mod:`jaxdp._src.mechanisms.discretise`)."""
   lower = b <= 0
+  upper = a >= 0
   with np.errstate(divide="ignore", invalid="ignore"):
     lf_a, lf_b = sps.log_ndtr(a), sps.log_ndtr(b)
     ls_a, ls_b = sps.log_ndtr(-a), sps.log_ndtr(-b)
     via_f = np.exp(lf_b) * -np.expm1(np.minimum(lf_a - lf_b, 0.0))
     via_s = np.exp(ls_a) * -np.expm1(np.minimum(ls_b - ls_a, 0.0))
-  upper = a >= 0
   mid = 1.0 - np.exp(lf_a) - np.exp(ls_b)
-  return np.maximum(np.nan_to_num(np.where(lower, via_f, np.where(upper, via_s, mid))), 0.0)
+  m = np.maximum(np.nan_to_num(np.where(lower, via_f, np.where(upper, via_s, mid))), 0.0)
+  e = lambda l: 16 * _U * (1.0 + np.abs(l)) * np.exp(l)
+  err = np.where(lower, e(lf_a) + e(lf_b), np.where(upper, e(ls_a) + e(ls_b),
+                                                    e(lf_a) + e(ls_b) + 2 * _U))
+  return m, np.nan_to_num(err) + 4 * _U * m
 
 
 def base_law(sigma, eta, spread, zeta=None, theta=0.0):
@@ -102,9 +114,11 @@ def base_law(sigma, eta, spread, zeta=None, theta=0.0):
   zc = -sps.ndtri(ZETA if zeta is None else zeta) + 0.5
   j0, j1 = math.floor((mu - zc * s - theta) / eta), math.ceil((mu + zc * s - theta) / eta)
   e = theta + np.arange(j0, j1 + 1) * eta
-  mass = _norm_cdf_pair((e[:-1] - mu) / s, (e[1:] - mu) / s)
+  mass, err_mass = _norm_cdf_pair((e[:-1] - mu) / s, (e[1:] - mu) / s)
   # E[W; cell] = e^{mu + s²/2}·(Φ(b') − Φ(a')), shifted by s² (mean of W is 1)
-  mom = _norm_cdf_pair((e[:-1] - mu - s * s) / s, (e[1:] - mu - s * s) / s)
+  mom, err_mom = _norm_cdf_pair((e[:-1] - mu - s * s) / s, (e[1:] - mu - s * s) / s)
+  pos_m = mass > 0
+  rho = float(np.max(err_mass[pos_m] / mass[pos_m], initial=0.0)) + 1e-14
   below = math.exp(float(sps.log_ndtr((e[0] - mu) / s)))
   above_m = math.exp(float(sps.log_ndtr((mu - e[-1]) / s)))
   above_mom = math.exp(float(sps.log_ndtr((mu + s * s - e[-1]) / s)))
@@ -112,15 +126,20 @@ def base_law(sigma, eta, spread, zeta=None, theta=0.0):
     ok = mass > 0
     ratio = np.where(ok, mom / np.where(ok, mass, 1.0), 1.0)
     pos = np.clip(np.log(np.maximum(ratio, 1e-300)), e[:-1], e[1:])
-    return CxLaw(j0, mass, pos, eta, 1, 0.0, 0.0, 0.0, 1e-10, 1)
+    # ``bad`` of a merged law: the largest error of a position (log M/μ), a loss shift
+    pos_err = float(np.max((err_mom[pos_m] / np.maximum(mom[pos_m], 1e-300)
+                            + err_mass[pos_m] / mass[pos_m]), initial=0.0)) * 1.01 + 4 * _U
+    return CxLaw(j0, mass, pos, eta, 1, 0.0, 0.0, pos_err, rho, 1)
   g0, g1 = np.exp(e[:-1]), np.exp(e[1:])
   hi_part = np.clip((mom - mass * g0) / (g1 - g0), 0.0, mass)
+  # mass the split may put on the wrong endpoint (a fraction of the total, 1)
+  bad = math.fsum(((err_mom + g0 * err_mass) / (g1 - g0)).tolist()) * 1.01 + 8 * _U
   lo_part = mass - hi_part
   p = np.zeros(mass.size + 1)
   p[:-1] += lo_part
   p[1:] += hi_part
   return CxLaw(j0, p, None, eta, 1, below + above_m, below * math.exp(e[0]) + above_mom,
-               1e-10, 1e-10, 1, theta)
+               bad, rho, 1, theta)
 
 
 # --------------------------------------------------------------------------
@@ -200,7 +219,7 @@ def combine(la, lb, zeta=None):
     out = CxLaw(lo, p, None, la.eta, terms, dq, dm, la.bad + lb.bad + 8 * _U, rho, ops, la.theta)
   else:
     lo, p, pos = _merge_sum(la, lb)
-    out = CxLaw(lo, p, pos, la.eta, terms, 0.0, 0.0, 0.0, rho, ops)
+    out = CxLaw(lo, p, pos, la.eta, terms, 0.0, 0.0, max(la.bad, lb.bad), rho, ops)
   return truncate(out, zeta)
 
 
@@ -309,7 +328,7 @@ def epoch_pairs(sigma, k, m, eta_up, eta_low=None, cache=None):
   inf_remove = (su.dm / k) * (1 + 1e-9) + bad * max(p_mass, 1.0)
   inf_add = su.dq * (1 + 1e-9) + bad
   q_low = sl.p / (1 + sl.rho)
-  tau = _TAU * (su.ops + sl.ops + 4) * (1 + abs(log_k))
+  tau = _TAU * (su.ops + sl.ops + 4) * (1 + abs(log_k)) + sl.bad
   shift = math.floor(log_k / eta_up)       # L = (lo_up + t − shift)·η
   return EpochPairs(su.lo - shift, q_up, inf_remove, inf_add, q_low, sl.pos - log_k, log_k,
                     eta_up, tau)
