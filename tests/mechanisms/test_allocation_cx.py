@@ -16,12 +16,13 @@ def _deltas(ep, eps):
   """(lower, upper) δ(ε) of one epoch, remove and add, read from the laws:
   remove E_Q[(S/k − e^ε)_+], add E_Q[(1 − e^ε S/k)_+], +∞ masses on the upper side."""
   ell = (ep.lo_up + np.arange(ep.q_up.size)) * ep.eta
+  ell_a = (ep.lo_up_add + np.arange(ep.q_up_add.size)) * ep.eta
   e = math.exp(eps)
   return {
       "remove": (np.sum(ep.q_low * np.maximum(np.exp(ep.loss_low) - e, 0.0)),
                  np.sum(ep.q_up * np.maximum(np.exp(ell) - e, 0.0)) + ep.inf_remove),
       "add": (np.sum(ep.q_low * np.maximum(1 - e * np.exp(ep.loss_low), 0.0)),
-              np.sum(ep.q_up * np.maximum(1 - e * np.exp(ell), 0.0)) + ep.inf_add)}
+              np.sum(ep.q_up_add * np.maximum(1 - e * np.exp(ell_a), 0.0)) + ep.inf_add)}
 
 
 @pytest.mark.parametrize("sigma", [0.6, 1.1, 3.0])
@@ -76,8 +77,12 @@ def test_spread_keeps_mass_and_mean():
   for k, m in ((6, 6), (6, 4), (1, 1)):
     ep = cx.epoch_pairs(1.2, k, m, 1e-2)
     ell = (ep.lo_up + np.arange(ep.q_up.size)) * ep.eta
-    assert 1.0 <= ep.q_up.sum() + ep.inf_add <= 1 + 1e-8
+    ell_a = (ep.lo_up_add + np.arange(ep.q_up_add.size)) * ep.eta
+    assert 1.0 <= ep.q_up_add.sum() + ep.inf_add <= 1 + 1e-8
+    assert 1.0 <= ep.q_up.sum() + ep.inf_remove   # Q-mass of the remove chain, all kept
     assert 1.0 - 1e-20 <= np.sum(ep.q_up * np.exp(ell)) + ep.inf_remove <= 1 + 1e-8
+    # the add chain's mean is at most 1 (mass moved down), the remove chain's at least 1
+    assert np.sum(ep.q_up_add * np.exp(ell_a)) <= np.sum(ep.q_up * np.exp(ell))
     assert ep.q_low.sum() <= 1.0 and np.sum(ep.q_low * np.exp(ep.loss_low)) <= 1.0
 
 

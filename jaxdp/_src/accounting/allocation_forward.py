@@ -96,7 +96,7 @@ def _cx_pmfs(ep, direction, r):
     inf = ep.inf_remove
     low_p, low_loss = ep.q_low * np.exp(ep.loss_low) * (1 - u), ep.loss_low
   else:
-    up_p, up_lo = ep.q_up[::-1] * (1 + u), -(ep.lo_up + ep.q_up.size - 1)
+    up_p, up_lo = ep.q_up_add[::-1] * (1 + u), -(ep.lo_up_add + ep.q_up_add.size - 1)
     inf = ep.inf_add
     low_p, low_loss = ep.q_low * (1 - u), -ep.loss_low
   fine = np.zeros((up_p.size - 1) * r + 1)

@@ -104,11 +104,14 @@ def _norm_cdf_pair(a, b):
   return m, np.nan_to_num(err) + 4 * _U * m
 
 
-def base_law(sigma, eta, spread, zeta=None, theta=0.0):
+def base_law(sigma, eta, spread, zeta=None, theta=0.0, bias=0):
   """The law of one W (log W ~ N(−1/(2σ²), 1/σ²)) on the grid e^{θ + jη}.
 
   spread: each cell's mass μ and first moment M (log-normal partial moments)
   go to its endpoints with the same mass and mean; else to the point M/μ.
+  bias (spread only): +1 moves the split's round-off bound up (the law is
+  then ≥ in increasing convex order: the remove direction), −1 down (≥ in
+  decreasing convex order: add); 0 books it in ``bad`` instead.
   """
   mu, s = -0.5 / sigma ** 2, 1.0 / sigma
   zc = -sps.ndtri(ZETA if zeta is None else zeta) + 0.5
@@ -131,9 +134,16 @@ def base_law(sigma, eta, spread, zeta=None, theta=0.0):
                             + err_mass[pos_m] / mass[pos_m]), initial=0.0)) * 1.01 + 4 * _U
     return CxLaw(j0, mass, pos, eta, 1, 0.0, 0.0, pos_err, rho, 1)
   g0, g1 = np.exp(e[:-1]), np.exp(e[1:])
-  hi_part = np.clip((mom - mass * g0) / (g1 - g0), 0.0, mass)
-  # mass the split may put on the wrong endpoint (a fraction of the total, 1)
-  bad = math.fsum(((err_mom + g0 * err_mass) / (g1 - g0)).tolist()) * 1.01 + 8 * _U
+  hi_part = (mom - mass * g0) / (g1 - g0)
+  # mass the split may put on the wrong endpoint
+  split_err = (err_mom + g0 * err_mass) / (g1 - g0) * 1.01 + 8 * _U * mass
+  if bias > 0:      # at least the exact upper part (also after the 1 + ρ inflation)
+    hi_part, bad = hi_part + split_err, 8 * _U
+  elif bias < 0:    # at most the exact upper part, even after the 1 + ρ inflation
+    hi_part, bad = hi_part - split_err - 2 * rho * np.abs(hi_part), 8 * _U
+  else:
+    bad = math.fsum(split_err.tolist()) + 8 * _U
+  hi_part = np.clip(hi_part, 0.0, mass)
   lo_part = mass - hi_part
   p = np.zeros(mass.size + 1)
   p[:-1] += lo_part
@@ -241,7 +251,7 @@ def truncate(law, zeta=None):
 
 def _sum_law(base, count, cache):
   """Law of a sum of ``count`` >= 1 W's (powers of two by doubling, cached)."""
-  key = ("pow", base.pos is None)
+  key = ("pow", id(base))
   powers = cache.setdefault(key, [base])
   while len(powers) < count.bit_length():
     powers.append(combine(powers[-1], powers[-1]))
@@ -281,10 +291,12 @@ def _plus_constant(law, c):
 class EpochPairs(NamedTuple):
   """One epoch's certified laws of the loss L = log(S/k), as arrays:
 
-  upper (spread): Q-masses ``q_up`` at L = (lo_up + t)·η, with the
-  extra mass at +∞ ``inf_remove`` (P-side) and ``inf_add`` (Q-side);
-  lower (merged): Q-masses ``q_low`` at L = ``loss_low`` (exact positions).
-  ``tau``: the loss accuracy to book per epoch."""
+  upper (spread): Q-masses ``q_up`` at L = (lo_up + t)·η (the remove chain,
+  ≥ in increasing convex order) and ``q_up_add`` at (lo_up_add + t)·η (the add
+  chain, ≥ in decreasing convex order), with the extra mass at +∞
+  ``inf_remove`` (P-side) and ``inf_add`` (Q-side); lower (merged): Q-masses
+  ``q_low`` at L = ``loss_low`` (exact positions). ``tau``: the loss accuracy
+  to book per epoch."""
   lo_up: int
   q_up: np.ndarray
   inf_remove: float
@@ -294,6 +306,15 @@ class EpochPairs(NamedTuple):
   log_k: float
   eta: float
   tau: float
+  lo_up_add: int
+  q_up_add: np.ndarray
+
+
+def _spread_chain(sigma, k, m, eta, theta, bias, cache):
+  key = ("base", True, bias)
+  if key not in cache:
+    cache[key] = base_law(sigma, eta, True, theta=theta, bias=bias)
+  return _plus_constant(_sum_law(cache[key], m, cache), float(k - m))
 
 
 def epoch_pairs(sigma, k, m, eta_up, eta_low=None, cache=None):
@@ -314,21 +335,19 @@ def epoch_pairs(sigma, k, m, eta_up, eta_low=None, cache=None):
   log_k = math.log(k)
   # the spread grid e^{θ + jη} puts L = log(S/k) on multiples of η
   theta = log_k - eta_up * math.floor(log_k / eta_up)
-  if ("base", True) not in cache:
-    cache[("base", True)] = base_law(sigma, eta_up, True, theta=theta)
+  if ("base", False) not in cache:
     cache[("base", False)] = base_law(sigma, eta_low, False)
-  up, low = cache[("base", True)], cache[("base", False)]
-  su = _plus_constant(_sum_law(up, m, cache), float(k - m))
-  sl = _plus_constant(_sum_law(low, m, cache), float(k - m))
-  q_up = su.p * (1 + su.rho)
-  x = theta + (su.lo + np.arange(su.p.size)) * eta_up
-  p_mass = float(np.sum(q_up * np.exp(x - log_k)))
+  sr = _spread_chain(sigma, k, m, eta_up, theta, +1, cache)
+  sa = _spread_chain(sigma, k, m, eta_up, theta, -1, cache)
+  sl = _plus_constant(_sum_law(cache[("base", False)], m, cache), float(k - m))
+  q_r, q_a = sr.p * (1 + sr.rho), sa.p * (1 + sa.rho)
+  x = theta + (sr.lo + np.arange(sr.p.size)) * eta_up
+  p_mass = float(np.sum(q_r * np.exp(x - log_k)))
   # a mass moved by one cell changes δ by at most (e^η − 1) times it (module docstring)
-  bad = su.bad * math.expm1(eta_up) * 2.0
-  inf_remove = (su.dm / k) * (1 + 1e-9) + bad * max(p_mass, 1.0)
-  inf_add = su.dq * (1 + 1e-9) + bad
+  inf_remove = (sr.dm / k) * (1 + 1e-9) + 2 * math.expm1(eta_up) * sr.bad * max(p_mass, 1.0)
+  inf_add = sa.dq * (1 + 1e-9) + 2 * math.expm1(eta_up) * sa.bad
   q_low = sl.p / (1 + sl.rho)
-  tau = _TAU * (su.ops + sl.ops + 4) * (1 + abs(log_k)) + sl.bad
-  shift = math.floor(log_k / eta_up)       # L = (lo_up + t − shift)·η
-  return EpochPairs(su.lo - shift, q_up, inf_remove, inf_add, q_low, sl.pos - log_k, log_k,
-                    eta_up, tau)
+  tau = _TAU * (max(sr.ops, sa.ops) + sl.ops + 4) * (1 + abs(log_k)) + sl.bad
+  shift = math.floor(log_k / eta_up)       # L = (lo + t − shift)·η
+  return EpochPairs(sr.lo - shift, q_r, inf_remove, inf_add, q_low, sl.pos - log_k, log_k,
+                    eta_up, tau, sa.lo - shift, q_a)
