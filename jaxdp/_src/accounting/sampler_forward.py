@@ -24,8 +24,10 @@ and the RDP bound (both certified) where the event's RDP analyses the same
 relation, and passes the guards of the engine (upper >= the exact one-step
 value); where the general engine cannot answer (a grid beyond its memory
 budget, :class:`jaxdp.pld_general.GridTooLarge`) the PLD upper bound is +∞
-and the answer is the RDP one. Balls-in-bins and truncated Poisson under
-replace-one raise a ``ValueError`` (no PLD yet; never a Poisson substitute).
+and the answer is the RDP one. Balls-in-bins: random allocation's own
+certified laws (:mod:`jaxdp._src.accounting.allocation_forward`, issue 38).
+Truncated Poisson under replace-one raises a ``ValueError`` (no PLD yet;
+never a Poisson substitute).
 
 Samplers with a capacity below N (balls-in-bins, truncated Poisson): the
 answer of either accountant is also bounded by the untruncated sampler's
@@ -336,8 +338,9 @@ def pld_bounds(kind, sampler, sigma, steps, value, value_discretization_interval
     (:func:`_coupling_lower`: the two-block pairs are not attained).
 
   Raises:
-    ValueError: naming the sampler where no tight path exists (balls-in-bins;
-      truncated Poisson under replace-one).
+    ValueError: naming the sampler where no tight path exists (truncated
+      Poisson under replace-one). Balls-in-bins goes to
+      :func:`jaxdp._src.accounting.allocation_forward.pld_bounds`.
   """
   from jaxdp._src.accounting import allocation_forward as _alloc  # pylint: disable=g-import-not-at-top
   if _alloc.is_allocation(sampler):   # balls-in-bins: random allocation's own laws (issue 38)
