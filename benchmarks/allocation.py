@@ -19,7 +19,7 @@ Measured 2026-11-27 on the shared 2-core CPU (other jobs running), convex-order 
     eta    lower    upper    width   seconds
     8e-3   2.3263   2.3471   0.88%   0.8
     4e-3   2.3367   2.3418   0.22%   2.3   (automatic)
-    2e-3   2.3391   2.3409*  0.08%   5.1   (*before the per-direction spread chains: ~2.3406 now)
+    2e-3   2.3391   2.3408   0.07%   5.1
     references: Poisson sampling's tight ε 2.3800 (jaxdp PLD; dp_accounting's PLD 2.3796 in
     0.53 s), balls-in-bins certified RDP 2.5486. Batch of 8 configurations (σ in [0.8, 2],
     10-60 epochs): 2.2 s per configuration, every upper end below Poisson's tight ε.
