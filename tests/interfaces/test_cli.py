@@ -288,3 +288,21 @@ def test_calibrate_steps_and_rate_default_to_tight(capsys):
                      "--delta", "1e-5", "--q", "0.01", "--sigma", "1.0", "--accountant", "rdp")
   assert code == 0
   assert out.strip() == f"steps = {int(calibrate.steps(2, 1e-5, 0.01, 1.0))}"
+
+
+def test_balls_in_bins_epsilon_defaults_to_its_certified_pld(capsys):
+  """Issue 38: the tight answer is the default for balls-in-bins where it is
+  for Poisson (epsilon and delta): the CLI prints jaxdp.epsilon(...,
+  accountant="pld"), which is below the RDP answer; --accountant rdp still
+  gives the RDP one."""
+  from jaxdp import sampling
+  argv = ["epsilon", "--sampler", "balls-in-bins", "--capacity", "1000", "--dataset-size", "1000",
+          "--batch-size", "100", "--steps", "25", "--sigma", "1.1", "--delta", "1e-5"]
+  smp = sampling.balls_in_bins(1000, 100, 1000)
+  tight = float(jaxdp.epsilon(smp, 1.1, 25, 1e-5, accountant="pld"))
+  rdp = float(jaxdp.epsilon(smp, 1.1, 25, 1e-5))
+  assert tight < rdp
+  code, out, _ = run(capsys, *argv)
+  assert code == 0 and out.strip().splitlines()[0] == f"epsilon = {tight!r}"
+  code, out, _ = run(capsys, *argv, "--accountant", "rdp")
+  assert code == 0 and out.strip().splitlines()[0] == f"epsilon = {rdp!r}"

@@ -281,6 +281,10 @@ def _engine_forward(kind, sampler, sigma, steps, value, orders):
 def tight_upper(kind, sampler, sigma, steps, value, **kw):
   """Upper end of the tight interval of a sampler without a Poisson-sampled
   Gaussian equivalent (see :func:`pld_bounds`)."""
+  from jaxdp._src.accounting import allocation_forward as _alloc  # pylint: disable=g-import-not-at-top
+  if _alloc.is_allocation(sampler):   # balls-in-bins: random allocation's own laws (issue 38)
+    return _alloc.pld_bounds(kind, sampler, sigma, steps, value,
+                             kw.get("value_discretization_interval"))[1]
   if not _truncated_poisson(sampler):
     return _general(kind, sampler, sigma, steps, value, lower=False, **kw)[1]
   from jaxdp._src.kernels import bins_coupling as _bins_coupling  # pylint: disable=g-import-not-at-top

@@ -120,8 +120,10 @@ def _default_accountant(args):
   answered by the general PLD engine and the host RDP path, with nothing to
   compile (jaxdp._src.accounting.rate.tight_one), ~1.5 s in a fresh process. calibrate does
   the same (jaxdp._src.solvers.tight: about four PLD evaluations, ~2.5 s for
-  σ). The RDP accountant stays the default of samplers, and with --orders or
-  --tuning (RDP notions).
+  σ). epsilon and delta of balls-in-bins answer with its certified PLD upper
+  end too (random allocation, ~2 s); its calibration, dozens of such
+  evaluations, stays RDP. The RDP accountant stays the default of the other
+  samplers, and with --orders or --tuning (RDP notions).
   """
   if args.accountant is not None:
     return
@@ -131,8 +133,10 @@ def _default_accountant(args):
 def _tight_question(args) -> bool:
   """True for the questions the tight path answers: Poisson sampling at a
   rate, epsilon, delta or calibrate, no RDP-only option."""
-  return (args.command in ("epsilon", "delta", "calibrate") and _poisson_at_rate(args)
-          and args.orders is None and getattr(args, "tuning", None) is None)
+  plain = args.orders is None and getattr(args, "tuning", None) is None
+  if args.command in ("epsilon", "delta") and args.sampler == "balls-in-bins":
+    return plain   # random allocation's certified PLD (~2 s); its calibration stays RDP (minutes)
+  return args.command in ("epsilon", "delta", "calibrate") and _poisson_at_rate(args) and plain
 
 
 def _poisson_at_rate(args) -> bool:

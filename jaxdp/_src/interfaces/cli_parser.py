@@ -84,7 +84,10 @@ def _add_mechanism(p, *, sigma=True, q_steps=True):
                  "jaxdp.epsilon(..., accountant='pld') uses the batched kernel, and the two "
                  "certified values differ by at most the width of their certified "
                  "intervals, e.g. 3.2e-4 at MNIST 60 epochs); "
-                 "rdp: Renyi DP (the default of samplers and with --orders or --tuning)")
+                 "balls-in-bins epsilon/delta default to pld too (random allocation's "
+                 "certified PLD); "
+                 "rdp: Renyi DP (the default of the other samplers, of balls-in-bins "
+                 "calibrate, and with --orders or --tuning)")
   _add_orders(p)
 
 
