@@ -27,23 +27,33 @@ SciPy/mpmath closed forms, a NumPy Monte-Carlo estimate):
   (The RDP answer costs ~4 s per configuration on the shared 2-core CPU, so
   the CI sample checks the reported ε on one configuration; the slow variant
   checks both accountants' answers on every configuration.)
-* Monte Carlo (k 2–8, up to 3 epochs, whole and partial): δ of each
-  direction at the certified upper ε, estimated with 2·10⁵ fixed-seed
+* Monte Carlo (k 2–8, up to 3 epochs, whole and partial, σ 0.5–4, δ 1e-3–0.1
+  so that the estimate means something): δ of each direction at the
+  certified upper ε, estimated with 2·10⁵ (slow: 10⁶, 100 configurations) fixed-seed
   samples of the composed loss, minus 5 standard errors, is <= δ; at the
   certified lower ε the larger direction's estimate plus 5 standard errors
   is >= δ.
-* extremes: the domain's corners give finite, non-NaN intervals; a grid
-  beyond the memory budget raises ValueError naming
-  ``value_discretization_interval``.
+* extremes: the domain's corners run without raising, with a finite lower
+  end, no NaN, and (slow) a finite reported ``jaxdp.epsilon(accountant="pld")``;
+  the PLD upper end is +inf at small δ / huge k (a known weakness: the
+  ``xfail`` test below); a grid beyond the memory budget raises ValueError
+  naming ``value_discretization_interval``.
 
 Configurations are drawn LOG-UNIFORMLY over the legal domain σ ∈ [0.3, 100],
-k ∈ [1, 10⁵], epochs ∈ [1, 1000], δ ∈ [1e-12, 0.1]; half of them end with a
-partial epoch (steps not a multiple of k). The CI sample (fixed seed) keeps
-k <= 64 and <= 30 epochs (the cost grows with k, 1/σ and the epochs: 0.4–20 s
-per configuration over the whole domain); the ``slow`` variant draws >= 10³
-configurations over the whole domain. Every failure message prints the
-configuration; all failures of a batch are listed before the test fails.
-``JAXDP_HARNESS_SCALE`` scales the slow sample (e.g. 0.03 for a quick run).
+k ∈ [1, 10⁵], epochs ∈ [1, 1000], δ ∈ [1e-12, 0.1]; every other one ends
+with a partial epoch (steps not a multiple of k). The cost grows with k, 1/σ
+and the epochs (0.4–20 s per PLD call over the domain, more at σ ≈ 0.3 with
+k >= 10⁴; the RDP answer ~4 s), so the CI sample (fixed seed) is k = 1 and two
+draws with k <= 64, <= 30 epochs, σ >= 0.5 (~36 s CPU for the whole file,
+measured with ``pytest -n 0 --durations=10``; ~85 s wall on the shared 2-core
+machine at load ~4). The ``slow`` variant draws 10³ configurations over the
+whole domain and runs every check on each (both accountants' answers for ε,
+the reported one for δ): ~30 s per configuration on the shared machine, i.e.
+hours; split it with ``JAXDP_HARNESS_RANGE``. Every failure message prints the
+configuration; all failures of a batch are listed before the test fails; an
+infinite (sound but useless) PLD upper end is printed as a note.
+``JAXDP_HARNESS_SCALE`` scales the slow sample (e.g. 0.03 for a quick run);
+``JAXDP_HARNESS_RANGE=FIRST:LAST`` runs a slice of it.
 """
 
 import os
@@ -345,19 +355,25 @@ def test_allocation_delta_ci():
 
 
 def slow_configs():
-  return sample_configs(N_SLOW, SLOW_SEED)
+  """The slow sample; JAXDP_HARNESS_RANGE=FIRST:LAST runs a part of it (to split
+  the run over sessions or machines; the union of the parts is the run)."""
+  cfgs = sample_configs(N_SLOW, SLOW_SEED)
+  spec = os.environ.get("JAXDP_HARNESS_RANGE")
+  if spec:
+    first, last = (int(v) for v in spec.split(":"))
+    return list(enumerate(cfgs))[first:last]
+  return list(enumerate(cfgs))
 
 
 @pytest.mark.slow
 def test_allocation_epsilon_and_delta_slow():
   cfgs = slow_configs()
   fails = Failures(f"balls-in-bins ε/δ checks ({len(cfgs)} configurations)")
-  rng = np.random.default_rng(SLOW_SEED + 1)
   t0 = time.time()
-  for i, cfg in enumerate(cfgs):
+  for i, cfg in cfgs:
     before = len(fails.items)
     check_epsilon(cfg, fails, rdp="both")
-    check_delta(cfg, fails, rng, rdp="both")
+    check_delta(cfg, fails, np.random.default_rng([SLOW_SEED, i]), rdp="reported")
     print(f"[harness-allocation] {i}: {cfg}: {len(fails.items)} violations, "
           f"{time.time() - t0:.0f}s", flush=True)
     for item in fails.items[before:]:
@@ -444,7 +460,7 @@ def test_allocation_monte_carlo_ci():
 @pytest.mark.slow
 def test_allocation_monte_carlo_slow():
   fails = Failures("balls-in-bins Monte-Carlo checks (slow)")
-  cfgs = mc_configs(max(1, int(round(60 * SLOW_SCALE))), SLOW_SEED + 2)
+  cfgs = mc_configs(max(1, int(round(100 * SLOW_SCALE))), SLOW_SEED + 2)   # ~4 min
   for i, c in enumerate(cfgs):
     check_monte_carlo(c, fails, n=1_000_000, seed=i)
   fails.report()
