@@ -427,9 +427,7 @@ def _pld(kind, sampler, sigma, steps, value, orders):
       out = np.minimum(out, np.asarray(sampler_answer(kind, sampler, sigma, steps, value, "rdp",
                                                 orders), np.float64))
     return nx.to_host(out)
-  from jaxdp._src.accounting import allocation_forward as _alloc  # pylint: disable=g-import-not-at-top
-  up = (_alloc.tight_upper(kind, sampler, sigma, steps, value) if _alloc.is_allocation(sampler)
-        else tight_upper(kind, sampler, sigma, steps, value))
+  up = tight_upper(kind, sampler, sigma, steps, value)   # balls-in-bins: allocation_forward
   # Every sampler event's RDP analyses the same relation: the min is sound.
   out = np.minimum(up, np.asarray(sampler_answer(kind, sampler, sigma, steps, value, "rdp", orders),
                                   np.float64))
