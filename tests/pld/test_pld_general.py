@@ -452,7 +452,7 @@ def test_automatic_grid_growth_reads_the_grown_grid(monkeypatch):
   must bracket the one computed on a fixed grid, and the true δ from the
   Gaussian closed form (q = 1 here: the exact reference)."""
   from scipy import stats
-  monkeypatch.setattr(G_compose, "_MAX_WINDOW", 2 ** 14)
+  monkeypatch.setattr(G_compose, "MAX_WINDOW", 2 ** 14)
   sigma, steps = 4.0, 400
   from jaxdp import events as E, mechanisms
   pairs = [(mechanisms.dominating_pairs(E.Gaussian(sigma)), steps)]

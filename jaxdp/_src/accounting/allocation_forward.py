@@ -52,8 +52,8 @@ from jaxdp._src.mechanisms import allocation as _allocation
 from jaxdp._src.mechanisms import allocation_cx as _allocation_cx
 from jaxdp._src.mechanisms.discretise import LossPMF
 from jaxdp._src.pld import general_compose as _general_compose
-from jaxdp._src.pld.general_compose import _TooLarge, _compose
-from jaxdp._src.pld.general_readout import _delta_of, _epsilon_of
+from jaxdp._src.pld.general_compose import TooLarge, compose
+from jaxdp._src.pld.general_readout import delta_of, epsilon_of
 
 __all__ = ["is_allocation", "interval", "pld_bounds", "tight_upper"]
 
@@ -113,7 +113,7 @@ def _phases(sigma, k, steps, eta, method="cx"):
   whole, m = divmod(int(steps), int(k))
   size = _allocation.law_size(sigma, k, eta)
   if size > (_MAX_CX_ATOMS if method == "cx" else _MAX_ATOMS):
-    raise _TooLarge(size)
+    raise TooLarge(size)
   cache = {}
   if method == "cx":
     make = lambda mm: _allocation_cx.epoch_pairs(sigma, k, mm, eta, _CX_LOW_RATIO * eta, cache)
@@ -144,13 +144,13 @@ def _compose_read(kind, phases, value, eta):
   lo = up = None
   for direction in ("remove", "add"):
     pmfs = [_pmfs(laws, direction, r) for laws, _ in phases]
-    pe, op, shift = _compose(pmfs, counts, eta, kappa, focus)
+    pe, op, shift = compose(pmfs, counts, eta, kappa, focus)
     if kind == "epsilon":
-      u = _epsilon_of(pe, eta, value, True, shift)
-      l = _epsilon_of(op, eta, value, False, shift)
+      u = epsilon_of(pe, eta, value, True, shift)
+      l = epsilon_of(op, eta, value, False, shift)
     else:
-      u = _delta_of(pe, eta, value, True, shift)
-      l = _delta_of(op, eta, value, False, shift)
+      u = delta_of(pe, eta, value, True, shift)
+      l = delta_of(op, eta, value, False, shift)
     u, l = np.asarray(u, np.float64).reshape(value.shape), np.asarray(l, np.float64).reshape(value.shape)
     up = u if up is None else np.maximum(up, u)
     lo = l if lo is None else np.maximum(lo, l)
@@ -190,12 +190,12 @@ def interval(kind, sigma, k, steps, value, value_discretization_interval=None):
   while True:
     try:
       return _compose_read(kind, _phases(float(sigma), int(k), int(steps), eta), value, eta)
-    except _TooLarge as e:
+    except TooLarge as e:
       if not automatic:
         raise ValueError(
             f"value_discretization_interval={eta!r} needs a grid beyond the memory budget "
             f"({e} points; at most {_MAX_ATOMS} per epoch law and "
-            f"{_general_compose._MAX_WINDOW} composed); use a larger interval.") from None  # pylint: disable=protected-access
+            f"{_general_compose.MAX_WINDOW} composed); use a larger interval.") from None
       if eta >= _ETA_LIMIT:
         return np.zeros(value.shape), np.full(value.shape, np.inf if kind == "epsilon" else 1.0)
       eta = min(2.0 * eta, _ETA_LIMIT)

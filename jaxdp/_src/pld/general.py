@@ -79,8 +79,8 @@ from jaxdp._src.core import numerics as nx
 from jaxdp._src.mechanisms import discretise as _pairs_discretise
 from jaxdp._src.mechanisms import pairs as _pairs
 from jaxdp._src.pld import general_compose as _general_compose
-from jaxdp._src.pld.general_compose import _TooLarge, _compose
-from jaxdp._src.pld.general_readout import _delta_of, _epsilon_of
+from jaxdp._src.pld.general_compose import TooLarge, compose
+from jaxdp._src.pld.general_readout import delta_of, epsilon_of
 
 __all__ = ["epsilon", "delta", "grid_interval", "loss_variance", "GridTooLarge"]
 
@@ -131,7 +131,7 @@ def _discretize(pair, h, zeta, cache, optimistic=True):
     try:
       cache[key] = (_pairs.discretize(pair, h, zeta=zeta, optimistic=optimistic), pair)
     except _pairs_discretise._GridTooLarge as e:  # pylint: disable=protected-access
-      raise _TooLarge(str(e)) from None
+      raise TooLarge(str(e)) from None
   return cache[key][0]
 
 
@@ -155,7 +155,7 @@ def loss_variance(mech, cache=None):
     for _ in range(4):
       try:
         var = _moments(_discretize(pair, hc, 1e-30, cache, optimistic=False)[0], hc)
-      except _TooLarge:
+      except TooLarge:
         break
       if var >= 16 * hc * hc or hc <= _H_MIN:
         break
@@ -194,7 +194,7 @@ def grid_interval(phases, rtol=1e-3):
 def _run(phases, h, automatic, kappa, fn, focus, sides=(0, 1)):
   """Discretises and composes both directions; retries coarser h when automatic.
 
-  ``sides`` as in :func:`_compose` (the optimistic PMFs are not built without 1)."""
+  ``sides`` as in :func:`compose` (the optimistic PMFs are not built without 1)."""
   while True:
     try:
       cache = {}
@@ -207,21 +207,21 @@ def _run(phases, h, automatic, kappa, fn, focus, sides=(0, 1)):
                 for m, _ in phases]
         # fn reads the composed PMFs on this attempt's grid h (grown from the
         # caller's when automatic)
-        return fn(*_compose(pmfs, [c for _, c in phases], h, kappa, focus, sides), h)
+        return fn(*compose(pmfs, [c for _, c in phases], h, kappa, focus, sides), h)
 
       # the add and remove directions side by side (0.55 -> 0.3 s for MNIST on 2 cores)
       return nx.thread_map(one, dirs, jax_work=False)
-    except _TooLarge as e:
+    except TooLarge as e:
       if not automatic:
         raise ValueError(
             f"value_discretization_interval={h!r} needs a grid beyond the memory budget "
-            f"({e} points; at most {_general_compose._MAX_WINDOW} composed); "
+            f"({e} points; at most {_general_compose.MAX_WINDOW} composed); "
             "use a larger interval.") from None
       if h >= _H_AUTO_LIMIT:
         raise GridTooLarge(
             f"phases: the tight (PLD) accountant cannot compose these phases within its "
             f"memory budget ({e} grid points at the coarsest automatic interval, at most "
-            f"{_general_compose._MAX_WINDOW}): the privacy loss spans too wide a range "
+            f"{_general_compose.MAX_WINDOW}): the privacy loss spans too wide a range "
             "(very small noise or very many steps); use an RDP accountant for this question.") from None
       h = min(2.0 * h, _H_AUTO_LIMIT)
 
@@ -265,8 +265,8 @@ def delta(phases, epsilon, *, value_discretization_interval=None, rtol=1e-3, ret
     z = np.zeros(eps.shape)
     return nx.to_host((z, z)) if return_bounds else nx.to_host(z)
   res = _run(phases, h, value_discretization_interval is None, _KAPPA,
-             lambda pe, op, sh, hr: (_delta_of(op, hr, eps, False, sh),
-                                     _delta_of(pe, hr, eps, True, sh)),
+             lambda pe, op, sh, hr: (delta_of(op, hr, eps, False, sh),
+                                     delta_of(pe, hr, eps, True, sh)),
              dict(eps=float(np.min(eps[np.isfinite(eps)], initial=np.inf))))
   lo = np.max([r[0] for r in res], axis=0)
   up = np.max([r[1] for r in res], axis=0)
@@ -281,7 +281,7 @@ def _epsilon_bounds(phases, target, h, automatic, sides=(0, 1)):
   kappa = min(_KAPPA, 1e-6 * float(target.min()))
   res = _run(phases, h, automatic, max(kappa, 1e-300),
              lambda pe, op, sh, hr: tuple(
-                 _epsilon_of((pe, op)[s], hr, target, s == 0, sh) if s in sides else None
+                 epsilon_of((pe, op)[s], hr, target, s == 0, sh) if s in sides else None
                  for s in (1, 0)),
              dict(log_delta=math.log(float(target.min()))), sides=sides)
   lo, up = (np.max([r[i] for r in res], axis=0) if s in sides else None

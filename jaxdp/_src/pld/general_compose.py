@@ -23,7 +23,7 @@ from jaxdp._src.core import numerics as nx
 _EPS = float(np.finfo(np.float64).eps)
 
 
-_MAX_WINDOW = 2 ** 22    # largest composed window
+MAX_WINDOW = 2 ** 22    # largest composed window
 
 
 _LAMBDAS = np.geomspace(1e-4, 1e6, 160)
@@ -38,7 +38,7 @@ class _Dist(NamedTuple):
   off: float = 0.0      # loss of index i is off + (lo + i)·h
 
 
-class _TooLarge(Exception):
+class TooLarge(Exception):
   pass
 
 
@@ -153,8 +153,8 @@ def _conv(a, b, pess, ctx):
   """
   n = a.p.size + b.p.size - 1
   nfft = _next_fast_len(n)
-  if nfft > 2 * _MAX_WINDOW:
-    raise _TooLarge(nfft)
+  if nfft > 2 * MAX_WINDOW:
+    raise TooLarge(nfft)
   fa = np.fft.rfft(a.p, nfft)
   fb = fa if b is a else np.fft.rfft(b.p, nfft)
   z = np.fft.irfft(fa * fb, nfft)[:n]
@@ -208,7 +208,7 @@ def _inf_mass(pmfs, counts, side):
   return math.exp(lm) * math.expm1(lr)
 
 
-def _compose(pmfs, counts, h, kappa, focus, sides=(0, 1)):
+def compose(pmfs, counts, h, kappa, focus, sides=(0, 1)):
   """Composes one direction; ``pmfs`` are (pessimistic, optimistic) per phase.
 
   ``sides`` picks the pessimistic (0) and/or optimistic (1) composition; a
@@ -219,8 +219,8 @@ def _compose(pmfs, counts, h, kappa, focus, sides=(0, 1)):
   cv = np.asarray(counts, np.float64)
   bot, top = ctx.window(cv, 0.0)
   bot, top = max(bot, int(_dot(cv, ctx.lo))), min(top, int(_dot(cv, ctx.hi)))
-  if top - bot + 1 > _MAX_WINDOW:
-    raise _TooLarge(top - bot + 1)
+  if top - bot + 1 > MAX_WINDOW:
+    raise TooLarge(top - bot + 1)
   ctx.choose_tilt(cv, max_lam=600.0 / max((top - bot + 1) * h, 1e-300), **focus)
 
   def one(side):   # only the pessimistic side writes to ctx (its cut mass)

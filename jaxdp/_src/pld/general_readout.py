@@ -106,7 +106,7 @@ def _finite_delta(comp, h, eps, pess, suffix=None):
   return np.nan_to_num(np.maximum(fin, 0.0), nan=np.inf)
 
 
-def _delta_of(comp, h, eps, pess, shift):
+def delta_of(comp, h, eps, pess, shift):
   e = eps - shift if pess else eps + shift
   fin = _finite_delta(comp, h, np.where(np.isinf(e), 0.0, e), pess)
   fin = np.where(np.isinf(e), 0.0, fin)
@@ -116,7 +116,7 @@ def _delta_of(comp, h, eps, pess, shift):
   return np.clip(fin + comp.inf - al, 0.0, 1.0)
 
 
-def _epsilon_of(comp, h, target, pess, shift):
+def epsilon_of(comp, h, target, pess, shift):
   """ε bound at δ = ``target`` on one composed side.
 
   On grid interval i, ε in [left_i, ℓ_i] with left_i = max(ℓ_{i-1}, 0), the
