@@ -89,3 +89,26 @@ def test_spread_keeps_mass_and_mean():
 def test_bad_m_raises():
   with pytest.raises(ValueError, match="m must be"):
     cx.epoch_pairs(1.0, 3, 4, 1e-2)
+
+
+def _mp_gaussian_delta(eps, sigma):
+  """δ(ε) of the Gaussian mechanism in mpmath (no cancellation at tiny δ)."""
+  import mpmath as mp  # pylint: disable=g-import-not-at-top
+  with mp.workdps(40):
+    m, e = 1 / mp.mpf(sigma), mp.mpf(eps)
+    return float(mp.ncdf(m / 2 - e / m) - mp.exp(e) * mp.ncdf(-m / 2 - e / m))
+
+
+@pytest.mark.parametrize("k", [1, 50])
+def test_infinite_mass_below_tiny_delta(k):
+  """Regression (issue 38): at σ = 0.3 the upper laws booked 1.6e-9 (k = 1) to
+  2.9e-8 (k = 50) at +∞ (the P-side tail of log W, round-off as mass), so a δ
+  below that read ε = inf. The +∞ masses are now far below 1e-12, and at k = 1
+  the interval still holds the exact Gaussian δ down to δ ~ 1e-13."""
+  ep = cx.epoch_pairs(0.3, k, k, 4e-3) if k == 1 else cx.epoch_pairs(0.3, k, k, 1e-2, 2e-2)
+  assert ep.inf_remove < 1e-15 and ep.inf_add < 1e-15, (ep.inf_remove, ep.inf_add)
+  if k == 1:
+    for eps in (27.0, 28.5, 29.5):
+      ref = _mp_gaussian_delta(eps, 0.3)
+      for lo, up in _deltas(ep, eps).values():
+        assert lo <= ref <= up and up - lo <= 1e-3 * ref, (eps, lo, ref, up)

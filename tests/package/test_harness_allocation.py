@@ -35,9 +35,10 @@ SciPy/mpmath closed forms, a NumPy Monte-Carlo estimate):
   is >= δ.
 * extremes: the domain's corners run without raising, with a finite lower
   end, no NaN, and (slow) a finite reported ``jaxdp.epsilon(accountant="pld")``;
-  the PLD upper end is +inf at small δ / huge k (a known weakness: the
-  ``xfail`` test below); a grid beyond the memory budget raises ValueError
-  naming ``value_discretization_interval``.
+  the PLD upper end is finite at δ = 1e-12 (σ = 0.3, k = 1; σ = 0.5, k = 8;
+  σ = 100, k = 10⁵, 1000 epochs: it was +inf before issue 38's fix); a grid
+  beyond the memory budget raises ValueError naming
+  ``value_discretization_interval``.
 
 Configurations are drawn LOG-UNIFORMLY over the legal domain σ ∈ [0.3, 100],
 k ∈ [1, 10⁵], epochs ∈ [1, 1000], δ ∈ [1e-12, 0.1]; every other one ends
@@ -474,10 +475,11 @@ def test_allocation_monte_carlo_slow():
 # (k, sigma, epochs, extra steps, delta): corners of the domain. The CI ones run
 # in <= ~2 s each (measured on the shared 2-core CPU under load ~6); the slow ones
 # take 20–60 s each (σ = 0.3 with 1000 epochs or k >= 10³).
+# (the corners (100_000, 100.0, 1000, 0, 1e-12): largest k and epochs, largest
+# σ, smallest δ; and (1, 0.3, 1, 0, 1e-12): smallest σ and δ, one step, run in
+# test_allocation_upper_end_finite below)
 CORNERS_CI = [
     (1, 100.0, 1, 0, 0.1),              # largest σ, one step, largest δ
-    (100_000, 100.0, 1000, 0, 1e-12),    # largest k and epochs, largest σ, smallest δ
-    (1, 0.3, 1, 0, 1e-12),              # smallest σ and δ, one step
 ]
 CORNERS_SLOW = [
     (1, 0.3, 1000, 0, 1e-12),           # smallest σ and δ, most epochs
@@ -500,10 +502,11 @@ def check_corner(cfg, fails):
                                                  return_bounds=True))
   except Exception as e:  # pylint: disable=broad-except
     fails.raised(cfg, "pld.epsilon(return_bounds=True)", e)
-    return
+    return None
   fails.check(not (math.isnan(lo) or math.isnan(up)), cfg, "NaN", (lo, up), None)
   fails.check(0 <= lo <= up, cfg, "not 0 <= lower <= upper", (lo, up), None)
   _at_least(fails, cfg, "upper < independent lower bound", up, reference_epsilon_lower(cfg, cfg.value))
+  return lo, up
 
 
 @pytest.mark.parametrize("corner", CORNERS_CI)
@@ -529,19 +532,34 @@ def test_allocation_corners_slow(corner):
   fails.report()
 
 
-# Known weakness (sound, not tight): at small δ the certified upper end is +inf.
-# At σ = 0.3 the convex-order upper law of one epoch books ~1.6e-9 (k = 1) to
-# ~1.9e-8 (k = 2) of remove-direction mass at +∞ (allocation_cx: round-off
-# "bad" mass), so every δ below that reads ε = inf, even for ONE Gaussian step
-# (k = 1); at σ = 100, k = 10⁵ the law is too large at every automatic grid
-# step and the path gives up with (0, inf). jaxdp.epsilon(accountant="pld")
-# then falls back to the RDP answer.
-@pytest.mark.xfail(strict=False, reason="issue 38: PLD upper end is inf at small δ / huge k")
-@pytest.mark.parametrize("corner", [(1, 0.3, 1, 0, 1e-12), (100_000, 100.0, 1000, 0, 1e-12)])
+# Regression (issue 38): the certified upper end used to be +inf at small δ. At
+# σ = 0.3 the convex-order upper law of one epoch booked ~1.6e-9 (k = 1) to
+# ~2.9e-8 (k = 50) of remove-direction mass at +∞ (the P-side tail of log W
+# cut at the Q-side's z, and the splits' round-off as mass), so every δ below
+# that read ε = inf, even for ONE Gaussian step (k = 1); at σ = 100, k = 10⁵ the
+# law's size estimate counted log k and the path gave up with (0, inf). Now: the
+# tails are cut on both sides' laws, the round-off is a loss shift, and the
+# estimate is the width of log S. Each case also runs the corner checks.
+UPPER_FINITE = [
+    (1, 0.3, 1, 0, 1e-12),              # was (28.47, inf)
+    (100_000, 100.0, 1000, 0, 1e-12),   # was (0, inf)
+    (8, 0.5, 10, 0, 1e-12),             # was (43.76, inf)
+]
+
+
+@pytest.mark.parametrize("corner", UPPER_FINITE)
 def test_allocation_upper_end_finite(corner):
   cfg = _corner_config(*corner)
-  lo, up = jaxdp.pld.epsilon(cfg.sampler, cfg.sigma, cfg.steps, cfg.value, return_bounds=True)
-  assert math.isfinite(float(up)), f"{cfg}: pld.epsilon = [{float(lo)!r}, {float(up)!r}]"
+  fails = Failures(f"corner {corner}")
+  bounds = check_corner(cfg, fails)
+  fails.report()
+  lo, up = bounds
+  assert math.isfinite(up), f"{cfg}: pld.epsilon = [{lo!r}, {up!r}]"
+  if cfg.k == 1:    # the exact Gaussian ε (mpmath, in δ space) lies inside
+    mu = math.sqrt(cfg.steps) / cfg.sigma
+    assert mp_gaussian_delta(lo, mu) >= cfg.value * (1 - 1e-6), (lo, up)
+    assert mp_gaussian_delta(up, mu) <= cfg.value * (1 + 1e-6), (lo, up)
+    assert up - lo <= 1e-5 * up, (lo, up)
 
 
 def test_allocation_impossible_grid_raises():

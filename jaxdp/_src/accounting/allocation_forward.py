@@ -31,8 +31,11 @@ rounding to the composition grid; the upper end carries the booked round-off
 mass of the spread (module docstring of ``allocation_cx``).
 First-order laws: about (E + 1)·(2·log₂k + 3)·η (every log-sum-exp rounding
 moves a loss by at most η; 24% at η = 1e-3 on the same run). The number of atoms of a law is about
-(2z/σ + log k)/η (z ≈ 10.6 standard deviations for the truncated mass 1e-25);
-a law beyond :data:`_MAX_ATOMS` atoms, or a composed window beyond the
+(2z/σ + log k)/η for the first-order laws (z ≈ 10.6 standard deviations for the
+truncated mass 1e-25) and at most (2z/σ + 1/σ²)/η for the convex-order ones
+(:func:`_cx_size`; z = −Φ⁻¹(ζ) + 1/2 for their tail cut ζ, :func:`_zeta`, which
+keeps their +∞ masses below 1e-4 of the smallest δ asked for);
+a law beyond :data:`_MAX_ATOMS` (:data:`_MAX_CX_ATOMS`) atoms, or a composed window beyond the
 engine's cap, coarsens an automatic η (doubling) and raises ``ValueError``
 naming ``value_discretization_interval`` for a given one.
 
@@ -47,6 +50,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy import special as _sps
 
 from jaxdp._src.mechanisms import allocation as _allocation
 from jaxdp._src.mechanisms import allocation_cx as _allocation_cx
@@ -108,15 +112,39 @@ def _cx_pmfs(ep, direction, r):
   return pess, opt
 
 
-def _phases(sigma, k, steps, eta, method="cx"):
+def _zeta(kind, k, steps, value):
+  """Tail cut of the convex-order laws: their +∞ masses (about 4·k·ζ per epoch,
+  :func:`jaxdp._src.mechanisms.allocation_cx.epoch_pairs`) stay below 1e-4 of
+  the smallest δ asked for (``ZETA`` = 1e-18 at most; for a δ(ε) query, the
+  +∞ mass adds to δ as it is)."""
+  zeta = _allocation_cx.ZETA
+  if kind == "epsilon":
+    epochs = int(steps) // int(k) + 1
+    zeta = min(zeta, 1e-4 * float(np.min(value)) / (4.0 * int(k) * epochs))
+  return max(zeta, 1e-300)
+
+
+def _cx_size(sigma, eta, zeta):
+  """Atoms of the widest convex-order law: a sum of t W's has log S in
+  [log t + min log W, log t + max log W], a range of 2z/σ + 1/σ² (the kept
+  Gaussian range of log W, z = −Φ⁻¹(ζ) + 1/2, both sides' tails)."""
+  zc = -float(_sps.ndtri(zeta)) + 0.5
+  return int((2.0 * zc / sigma + 1.0 / sigma ** 2) / eta) + 16
+
+
+def _phases(sigma, k, steps, eta, method="cx", zeta=None):
   """[(epoch laws, count)] of a run: E whole epochs, then the partial one."""
   whole, m = divmod(int(steps), int(k))
-  size = _allocation.law_size(sigma, k, eta)
-  if size > (_MAX_CX_ATOMS if method == "cx" else _MAX_ATOMS):
+  zeta = _allocation_cx.ZETA if zeta is None else zeta
+  if method == "cx":
+    size, cap = _cx_size(sigma, eta, zeta), _MAX_CX_ATOMS
+  else:
+    size, cap = _allocation.law_size(sigma, k, eta), _MAX_ATOMS
+  if size > cap:
     raise TooLarge(size)
   cache = {}
   if method == "cx":
-    make = lambda mm: _allocation_cx.epoch_pairs(sigma, k, mm, eta, _CX_LOW_RATIO * eta, cache)
+    make = lambda mm: _allocation_cx.epoch_pairs(sigma, k, mm, eta, _CX_LOW_RATIO * eta, cache, zeta)
   else:
     make = lambda mm: _allocation.epoch_laws(sigma, k, mm, eta, cache)
   out = []
@@ -189,7 +217,8 @@ def interval(kind, sigma, k, steps, value, value_discretization_interval=None):
          if automatic else float(value_discretization_interval))
   while True:
     try:
-      return _compose_read(kind, _phases(float(sigma), int(k), int(steps), eta), value, eta)
+      phases = _phases(float(sigma), int(k), int(steps), eta, zeta=_zeta(kind, k, steps, value))
+      return _compose_read(kind, phases, value, eta)
     except TooLarge as e:
       if not automatic:
         raise ValueError(

@@ -402,9 +402,9 @@ def _mode_laws(sigma, k, m, eta, mode, cache):
 
 def law_size(sigma, k, eta, zeta=ZETA):
   """Estimated number of atoms of the largest law (for the memory check): the
-  widest Gaussian range (±z/σ) plus log k, over η."""
+  widest Gaussian range (±z/σ, and the P-side's shift 1/σ²) plus log k, over η."""
   zc = -sps.ndtri(zeta) + 1.0
-  return int((2 * zc / sigma + math.log(max(k, 1)) + 2.0) / eta) + 8
+  return int((2 * zc / sigma + 1.0 / sigma ** 2 + math.log(max(k, 1)) + 2.0) / eta) + 8
 
 
 def epoch_laws(sigma, k, m, eta, cache=None):

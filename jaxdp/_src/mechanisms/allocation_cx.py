@@ -33,15 +33,38 @@ first moment M add at most μ (add) and M/k (remove: the P-mass) to any
 composed δ, and are carried at +∞ (δ ≤ the kept part's δ + P[some part dropped]).
 Round-off: masses are sums of products of non-negative numbers (relative
 error tracked as ρ, from the cells' log-CDF error bounds; upper masses
-inflated by 1 + ρ, lower deflated). A split may put a little mass on the wrong
-endpoint: the base cells' bound Σ (err(M) + g₀·err(μ))/(g₁ − g₀) (amplified by
-1/η: ~1.6e-9 at σ = 1.1, η = 4e-3) plus 8u per later split, summed over the
-terms (``bad``). Moving a mass x by one cell changes any composed δ by at most
-(e^η − 1)·x (the hinge is Lipschitz in S_t with slope Π_{s≠t} S_s/k, whose
-mean is 1, for remove; the add hinge is in [0, 1] and decreasing), so
-2(e^η − 1)·bad is booked at +∞ in both directions. A position of the merged
-law is off by its base log-ratio error and ~1e-12 relative per operation,
-booked as a loss shift ``tau`` per epoch (log-sum-exp is 1-Lipschitz).
+inflated by 1 + ρ, lower deflated). A split's weights w (the upper part's
+share) carry round-off, and so do the base cells' partial moments:
+
+  * base cells: their split error bound (err(M) + g₀·err(μ))/(g₁ − g₀) is
+    added to the upper part for the remove chain (``bias`` +1: the mean goes
+    up, so the law is ≥ in increasing convex order, the order of the remove
+    hinge) and taken from it for the add chain (−1: decreasing convex order,
+    the add hinge's);
+  * pairwise sums and ``+ (k − m)``: the two computed masses v(1 − w̃), v·w̃ add
+    up to v (up to ρ) and have the mean t̃ = g_f + w̃(g_{f+1} − g_f): they are the
+    exact mean-preserving spread of an atom at t̃ in place of the exact sum t.
+    t̃ is computed in the log domain (log1p, expm1 of numbers below 1 + |log k|
+    + 40), so |log t̃ − log t| ≤ a few ulps of 1 + |log S|, far below the 1e-12
+    (``_TAU``) booked per operation. So the computed law is the exact spread of
+    sums S̃ with |log S̃ − log S| ≤ α per epoch, α = ``tau`` (all operations of
+    the epoch, log-sum-exp being 1-Lipschitz in each argument).
+
+Such a position error α is a loss shift. Remove: with S ≤ e^α·S̃ per epoch,
+E[(Π S_t/k − e^ε)_+] ≤ e^{Tα}·E[(Π S̃_t/k − e^{ε−Tα})_+], i.e. the δ of the
+spread law read at ε − Tα with its P-masses inflated by e^α per epoch (done
+here, on ``q_up``). Add: with S ≥ e^{−α}·S̃, E[(1 − e^ε Π S_t/k)_+] ≤
+E[(1 − e^{ε−Tα} Π S̃_t/k)_+], the δ read at ε − Tα. The composition applies
+the shift (``tau`` per epoch, :class:`jaxdp._src.mechanisms.discretise.LossPMF`'s
+``tau``) to both sides: reading the pessimistic side at ε − Tα, the optimistic
+at ε + Tα. A position of the merged law is likewise off by its base log-ratio
+error (``bad`` of a merged law) and ≤ 1e-12 relative per operation, the
+same shift by the same argument with the inequalities reversed: remove, with
+S ≥ e^{−α}S̃, E[(Π S_t/k − e^ε)_+] ≥ e^{−Tα}·E[(Π S̃_t/k − e^{ε+Tα})_+] (the
+merged Q-masses deflated by e^{−α} per epoch, which is sound for add too:
+fewer Q-mass, smaller add δ); add, with S ≤ e^α·S̃, E[(1 − e^ε Π S_t/k)_+] ≥
+E[(1 − e^{ε+Tα} Π S̃_t/k)_+]. Nothing of the round-off is booked as
+mass at +∞, so a δ down to the truncated tails' ~1e-17 is readable.
 """
 
 from __future__ import annotations
@@ -115,7 +138,9 @@ def base_law(sigma, eta, spread, zeta=None, theta=0.0, bias=0):
   """
   mu, s = -0.5 / sigma ** 2, 1.0 / sigma
   zc = -sps.ndtri(ZETA if zeta is None else zeta) + 0.5
-  j0, j1 = math.floor((mu - zc * s - theta) / eta), math.ceil((mu + zc * s - theta) / eta)
+  # the upper end covers zc standard deviations of the P-side (moment) law
+  # N(mu + s², s²) as well: its tail, booked at +inf, is then <= ZETA too
+  j0, j1 = math.floor((mu - zc * s - theta) / eta), math.ceil((mu + s * s + zc * s - theta) / eta)
   e = theta + np.arange(j0, j1 + 1) * eta
   mass, err_mass = _norm_cdf_pair((e[:-1] - mu) / s, (e[1:] - mu) / s)
   # E[W; cell] = e^{mu + s²/2}·(Φ(b') − Φ(a')), shifted by s² (mean of W is 1)
@@ -234,13 +259,18 @@ def combine(la, lb, zeta=None):
 
 
 def truncate(law, zeta=None):
-  """Drops tails of mass <= ``zeta`` each (booked in dq, dm for a spread law)."""
+  """Drops tails of Q-mass <= ``zeta`` each (booked in dq, dm for a spread law);
+  the upper tail also has first moment <= ``zeta``·terms, so that its P-mass
+  (moment/k, k >= terms) is <= ``zeta`` too."""
   zeta = ZETA if zeta is None else zeta
   p = law.p
-  cs, rs = np.cumsum(p), np.cumsum(p[::-1])
-  i0 = min(int(np.searchsorted(cs, zeta, side="right")), p.size - 1)
-  i1 = max(p.size - int(np.searchsorted(rs, zeta, side="right")), i0 + 1)
   x = law.theta + (law.lo + np.arange(p.size)) * law.eta
+  cs, rs = np.cumsum(p), np.cumsum(p[::-1])
+  rm = np.cumsum((p * np.exp(x + law.eta))[::-1])
+  i0 = min(int(np.searchsorted(cs, zeta, side="right")), p.size - 1)
+  n_up = min(int(np.searchsorted(rs, zeta, side="right")),
+             int(np.searchsorted(rm, zeta * law.terms, side="right")))
+  i1 = max(p.size - n_up, i0 + 1)
   drop = np.ones(p.size, bool)
   drop[i0:i1] = False
   dq = law.dq + math.fsum(p[drop].tolist()) * (1 + 1e-12)
@@ -249,16 +279,16 @@ def truncate(law, zeta=None):
   return law._replace(lo=law.lo + i0, p=p[i0:i1].copy(), pos=pos, dq=dq, dm=dm)
 
 
-def _sum_law(base, count, cache):
+def _sum_law(base, count, cache, zeta=None):
   """Law of a sum of ``count`` >= 1 W's (powers of two by doubling, cached)."""
   key = ("pow", id(base))
   powers = cache.setdefault(key, [base])
   while len(powers) < count.bit_length():
-    powers.append(combine(powers[-1], powers[-1]))
+    powers.append(combine(powers[-1], powers[-1], zeta))
   res = None
   for t in range(count.bit_length()):
     if (count >> t) & 1:
-      res = powers[t] if res is None else combine(res, powers[t])
+      res = powers[t] if res is None else combine(res, powers[t], zeta)
   return res
 
 
@@ -310,20 +340,23 @@ class EpochPairs(NamedTuple):
   q_up_add: np.ndarray
 
 
-def _spread_chain(sigma, k, m, eta, theta, bias, cache):
-  key = ("base", True, bias)
+def _spread_chain(sigma, k, m, eta, theta, bias, cache, zeta):
+  key = ("base", True, bias, zeta)
   if key not in cache:
-    cache[key] = base_law(sigma, eta, True, theta=theta, bias=bias)
-  return _plus_constant(_sum_law(cache[key], m, cache), float(k - m))
+    cache[key] = base_law(sigma, eta, True, zeta=zeta, theta=theta, bias=bias)
+  return _plus_constant(_sum_law(cache[key], m, cache, zeta), float(k - m))
 
 
-def epoch_pairs(sigma, k, m, eta_up, eta_low=None, cache=None):
+def epoch_pairs(sigma, k, m, eta_up, eta_low=None, cache=None, zeta=None):
   """Certified upper (spread) and lower (merged) laws of an m-step epoch.
 
   Args:
     sigma: σ > 0; k: steps per epoch; m: steps, 1 <= m <= k.
     eta_up, eta_low: grid steps of the two laws (eta_low None: eta_up).
     cache: dict shared by calls with the same σ and grids.
+    zeta: mass cut from each tail at every truncation (None: :data:`ZETA`); the
+      +∞ masses are about 4·k·zeta at most (the base cells of the m W's and the
+      doubling levels' cuts, each doubled by the later levels).
 
   Returns:
     :class:`EpochPairs`.
@@ -335,19 +368,20 @@ def epoch_pairs(sigma, k, m, eta_up, eta_low=None, cache=None):
   log_k = math.log(k)
   # the spread grid e^{θ + jη} puts L = log(S/k) on multiples of η
   theta = log_k - eta_up * math.floor(log_k / eta_up)
-  if ("base", False) not in cache:
-    cache[("base", False)] = base_law(sigma, eta_low, False)
-  sr = _spread_chain(sigma, k, m, eta_up, theta, +1, cache)
-  sa = _spread_chain(sigma, k, m, eta_up, theta, -1, cache)
-  sl = _plus_constant(_sum_law(cache[("base", False)], m, cache), float(k - m))
+  zeta = ZETA if zeta is None else zeta
+  if ("base", False, zeta) not in cache:
+    cache[("base", False, zeta)] = base_law(sigma, eta_low, False, zeta=zeta)
+  sr = _spread_chain(sigma, k, m, eta_up, theta, +1, cache, zeta)
+  sa = _spread_chain(sigma, k, m, eta_up, theta, -1, cache, zeta)
+  sl = _plus_constant(_sum_law(cache[("base", False, zeta)], m, cache, zeta), float(k - m))
   q_r, q_a = sr.p * (1 + sr.rho), sa.p * (1 + sa.rho)
-  x = theta + (sr.lo + np.arange(sr.p.size)) * eta_up
-  p_mass = float(np.sum(q_r * np.exp(x - log_k)))
-  # a mass moved by one cell changes δ by at most (e^η − 1) times it (module docstring)
-  inf_remove = (sr.dm / k) * (1 + 1e-9) + 2 * math.expm1(eta_up) * sr.bad * max(p_mass, 1.0)
-  inf_add = sa.dq * (1 + 1e-9) + 2 * math.expm1(eta_up) * sa.bad
-  q_low = sl.p / (1 + sl.rho)
+  # the dropped tails (their P-mass dm/k for remove, Q-mass dq for add) at +inf;
+  # the round-off of the splits is a position error within tau (module docstring)
+  inf_remove = (sr.dm / k) * (1 + 1e-9)
+  inf_add = sa.dq * (1 + 1e-9)
   tau = _TAU * (max(sr.ops, sa.ops) + sl.ops + 4) * (1 + abs(log_k)) + sl.bad
+  q_r = q_r * math.exp(tau) * (1 + 4 * _U)    # e^{±α} per epoch on the P-masses (docstring)
+  q_low = sl.p / (1 + sl.rho) * math.exp(-tau) * (1 - 4 * _U)
   shift = math.floor(log_k / eta_up)       # L = (lo + t − shift)·η
   return EpochPairs(sr.lo - shift, q_r, inf_remove, inf_add, q_low, sl.pos - log_k, log_k,
                     eta_up, tau, sa.lo - shift, q_a)
