@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import numpy as np
@@ -81,23 +82,65 @@ def interval_at(eta, out):
              width=up - lo, relative_width=(up - lo) / up, seconds=sec), out)
 
 
-def batch(n, out):
-  rng = np.random.default_rng(0)
+def mixed_configs(n, seed=0):
+  """``n`` configurations: σ in [0.8, 2], k in [50, 500] (log-uniform), 1-60
+  epochs, every other one ending with a partial epoch; N = k·B + r, B = 100."""
+  rng = np.random.default_rng(seed)
   sig = rng.uniform(0.8, 2.0, n)
-  steps = rng.integers(10, 61, n) * (N // B)
-  s = sampling.balls_in_bins(N, B, N)
-  jaxdp.pld.epsilon(s, sig[:1], steps[:1], DELTA)      # warm-up
-  t = time.perf_counter()
-  up = jaxdp.pld.epsilon(s, sig, steps, np.full(n, DELTA))
-  sec = time.perf_counter() - t
-  _emit(dict(kind="batch", configurations=n, eta=af._AUTO_ETA, seconds=sec,  # pylint: disable=protected-access
-             seconds_per_configuration=sec / n, upper_median=float(np.median(up))), out)
+  k = np.round(np.exp(rng.uniform(np.log(50), np.log(500), n))).astype(int)
+  epochs = rng.integers(1, 61, n)
+  steps = epochs * k + np.where(np.arange(n) % 2 == 1, k // 3, 0)
+  return [(float(s_), int(k_), int(t_)) for s_, k_, t_ in zip(sig, k, steps)]
+
+
+def _dp_accounting_poisson_eps(sigma, k, steps, delta=DELTA):
+  from dp_accounting import dp_event  # pylint: disable=g-import-not-at-top
+  from dp_accounting.pld import pld_privacy_accountant  # pylint: disable=g-import-not-at-top
+  acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+  acc.compose(dp_event.PoissonSampledDpEvent(1.0 / k, dp_event.GaussianDpEvent(sigma)), steps)
+  return float(acc.get_epsilon(delta))
+
+
+def batch(n, out, repeats=1, dp_accounting=False):
+  """Warm time per configuration of ``n`` mixed configurations (one
+  ``jaxdp.pld.epsilon(return_bounds=True)`` call each, automatic grid), the
+  median over ``repeats`` runs; with ``dp_accounting``, its Poisson PLD
+  (q = 1/k, value_discretization_interval 1e-4) on the same configurations
+  and machine, and the ratio of the two."""
+  cfgs = mixed_configs(n)
+  jaxdp.pld.epsilon(sampling.balls_in_bins(100 * 50, 100, 100 * 50), 1.0, 60, DELTA)   # warm-up
+  times, ups, widths, poisson = [], [], [], []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    for sig, k, steps in cfgs:
+      s = sampling.balls_in_bins(100 * k + 7, 100, 100 * k + 7)
+      lo, up = jaxdp.pld.epsilon(s, sig, steps, DELTA, return_bounds=True)
+      ups.append(float(up))
+      widths.append((float(up) - float(lo)) / float(up))
+    times.append(time.perf_counter() - t)
+  rec = dict(kind="batch", configurations=n, repeats=repeats,
+             seconds_median=float(np.median(times)), seconds=times,
+             seconds_per_configuration=float(np.median(times)) / n,
+             relative_width_max=float(np.max(widths)), relative_width_median=float(np.median(widths)))
+  if dp_accounting:
+    dtimes = []
+    for _ in range(repeats):
+      t = time.perf_counter()
+      poisson = [_dp_accounting_poisson_eps(sig, k, steps) for sig, k, steps in cfgs]
+      dtimes.append(time.perf_counter() - t)
+    rec.update(dp_accounting_poisson_seconds_median=float(np.median(dtimes)),
+               dp_accounting_poisson_seconds=dtimes,
+               ratio_jaxdp_to_dp_accounting=float(np.median(times)) / float(np.median(dtimes)),
+               upper_below_poisson=int(np.sum(np.array(ups[:n]) <= np.array(poisson))))
+  rec["load_average"] = list(os.getloadavg())
+  _emit(rec, out)
 
 
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--eta", type=float, nargs="*", default=[2e-3, 1e-3])
   ap.add_argument("--batch", type=int, default=0)
+  ap.add_argument("--repeats", type=int, default=1)
   ap.add_argument("--no-references", action="store_true")
   ap.add_argument("--dp-accounting", action="store_true")
   ap.add_argument("--out", default="")
@@ -109,7 +152,7 @@ def main():
   for eta in a.eta:
     interval_at(eta, a.out)
   if a.batch:
-    batch(a.batch, a.out)
+    batch(a.batch, a.out, a.repeats, a.dp_accounting)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ import math
 import numpy as np
 from scipy import special as _sps
 
+from jaxdp._src.core import numerics as nx
 from jaxdp._src.mechanisms import allocation as _allocation
 from jaxdp._src.mechanisms import allocation_cx as _allocation_cx
 from jaxdp._src.mechanisms.discretise import LossPMF
@@ -69,6 +70,7 @@ _MAX_CX_ATOMS = 1 << 16    # largest convex-order law (its sums are dense: O(n²
 _COMPOSE_RATIO = 80       # composition grid η/r for the convex-order laws (the lower law rounds down
 _COMPOSE_GRID = 2.5e-5    # to it): r = round(η / 2.5e-5) clipped to [1, 80]
 _CX_LOW_RATIO = 2.0       # the merged (lower) law on the grid 2η: second order, O(n²) merges
+_LOWER_SLACK = 1.25e-3    # the lower law's rounding to the composition grid: <= 0.125% of ε
 
 
 def is_allocation(sampler) -> bool:
@@ -156,7 +158,16 @@ def _phases(sigma, k, steps, eta, method="cx", zeta=None):
 
 
 def _compose_read(kind, phases, value, eta):
-  """(lower, upper): each side's bound, max over the two directions."""
+  """(lower, upper): each side's bound, max over the two directions.
+
+  Convex-order laws: the upper (spread) law lies on multiples of η, so its side
+  is composed on the grid η itself; only the lower law, rounded down to the
+  composition grid, needs the fine grid η/r (the same PMFs as one composition
+  on η/r would use: the pessimistic result is the same law on a coarser grid,
+  and the window and tilt of the optimistic one come from the pessimistic
+  PMFs on its own grid, as in :func:`jaxdp._src.pld.general_compose.compose`).
+  The two directions run on threads, the upper side first: its ε sets the
+  lower side's grid (:func:`_lower_ratio`)."""
   value = np.asarray(value, np.float64)
   if kind == "epsilon":
     kappa = max(min(_KAPPA, 1e-6 * float(value.min())), 1e-300)
@@ -167,23 +178,44 @@ def _compose_read(kind, phases, value, eta):
     focus = dict(eps=float(fin.min()) if fin.size else math.inf)
   counts = [c for _, c in phases]
   cx = isinstance(phases[0][0], _allocation_cx.EpochPairs)
-  r = max(1, min(_COMPOSE_RATIO, round(eta / _COMPOSE_GRID))) if cx else 1
-  eta = eta / r
-  lo = up = None
-  for direction in ("remove", "add"):
-    pmfs = [_pmfs(laws, direction, r) for laws, _ in phases]
-    pe, op, shift = compose(pmfs, counts, eta, kappa, focus)
-    if kind == "epsilon":
-      u = epsilon_of(pe, eta, value, True, shift)
-      l = epsilon_of(op, eta, value, False, shift)
-    else:
-      u = delta_of(pe, eta, value, True, shift)
-      l = delta_of(op, eta, value, False, shift)
-    u, l = np.asarray(u, np.float64).reshape(value.shape), np.asarray(l, np.float64).reshape(value.shape)
-    up = u if up is None else np.maximum(up, u)
-    lo = l if lo is None else np.maximum(lo, l)
+  read = epsilon_of if kind == "epsilon" else delta_of
+
+  def one(job):   # (direction, side, r): side 0 pessimistic (upper), 1 optimistic (lower)
+    direction, side, rr = job
+    h = eta / rr
+    pmfs = [_pmfs(laws, direction, rr) for laws, _ in phases]
+    comp, shift = _one_side(pmfs, counts, h, kappa, focus, side)
+    return np.asarray(read(comp, h, value, side == 0, shift), np.float64).reshape(value.shape)
+
+  if not cx:
+    res = nx.thread_map(one, [(d, s, 1) for d in ("remove", "add") for s in (0, 1)], jax_work=False)
+    up, lo = np.maximum(res[0], res[2]), np.maximum(res[1], res[3])
+  else:
+    up = np.maximum(*nx.thread_map(one, [("remove", 0, 1), ("add", 0, 1)], jax_work=False))
+    r = _lower_ratio(kind, value, up, eta, sum(counts))
+    lo = np.maximum(*nx.thread_map(one, [("remove", 1, r), ("add", 1, r)], jax_work=False))
   lo = np.where(np.isnan(lo), 0.0, lo)
   return np.minimum(lo, up), up
+
+
+def _lower_ratio(kind, value, up, eta, epochs):
+  """r of the lower side's composition grid η/r (convex-order laws). Each epoch's
+  merged losses are rounded down to the grid, which lowers the lower ε by up to
+  epochs·η/r: r is the smallest with epochs·η/r <= ``_LOWER_SLACK``·ε (ε: the
+  upper end, or the smallest ε asked for a δ), at most ``_COMPOSE_RATIO`` and
+  round(η/``_COMPOSE_GRID``) (MNIST-like: r = 80, as with a fixed ratio)."""
+  cap = max(1, min(_COMPOSE_RATIO, round(eta / _COMPOSE_GRID)))
+  ref = up if kind == "epsilon" else value
+  ref = ref[np.isfinite(ref)]
+  if not ref.size or float(ref.min()) <= 0:
+    return cap
+  return int(min(cap, max(1, math.ceil(epochs * eta / (_LOWER_SLACK * float(ref.min()))))))
+
+
+def _one_side(pmfs, counts, h, kappa, focus, side):
+  """One side's composed PMF and loss shift (see :func:`compose`)."""
+  out = compose(pmfs, counts, h, kappa, focus, sides=(side,))
+  return out[side], out[2]
 
 
 def interval(kind, sigma, k, steps, value, value_discretization_interval=None):

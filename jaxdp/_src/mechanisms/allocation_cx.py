@@ -36,19 +36,24 @@ error tracked as ρ, from the cells' log-CDF error bounds; upper masses
 inflated by 1 + ρ, lower deflated). A split's weights w (the upper part's
 share) carry round-off, and so do the base cells' partial moments:
 
-  * base cells: their split error bound (err(M) + g₀·err(μ))/(g₁ − g₀) is
-    added to the upper part for the remove chain (``bias`` +1: the mean goes
-    up, so the law is ≥ in increasing convex order, the order of the remove
-    hinge) and taken from it for the add chain (−1: decreasing convex order,
-    the add hinge's);
+  * base cells: the two-point law of a cell sits at the computed mean M̂/μ̂
+    (masses μ̂, up to ρ): it is the exact spread of an atom whose log is off by
+    at most e^η·err(M)/M + err(μ)/μ (+ the grid's exp rounding) from the
+    cell's true conditional mean: a position error, ``bad`` of the base law,
+    kept (max) through the sums;
   * pairwise sums and ``+ (k − m)``: the two computed masses v(1 − w̃), v·w̃ add
     up to v (up to ρ) and have the mean t̃ = g_f + w̃(g_{f+1} − g_f): they are the
     exact mean-preserving spread of an atom at t̃ in place of the exact sum t.
     t̃ is computed in the log domain (log1p, expm1 of numbers below 1 + |log k|
     + 40), so |log t̃ − log t| ≤ a few ulps of 1 + |log S|, far below the 1e-12
     (``_TAU``) booked per operation. So the computed law is the exact spread of
-    sums S̃ with |log S̃ − log S| ≤ α per epoch, α = ``tau`` (all operations of
-    the epoch, log-sum-exp being 1-Lipschitz in each argument).
+    sums S̃ with |log S̃ − log S| ≤ α per epoch, α = ``tau`` (the base atoms'
+    ``bad`` plus all operations of the epoch, log-sum-exp being 1-Lipschitz
+    in each argument).
+
+So one spread chain serves both directions (the remove hinge is increasing
+convex in each S_t, the add hinge decreasing convex: both convex, and the
+spread is ≥_cx with the mean kept).
 
 Such a position error α is a loss shift. Remove: with S ≤ e^α·S̃ per epoch,
 E[(Π S_t/k − e^ε)_+] ≤ e^{Tα}·E[(Π S̃_t/k − e^{ε−Tα})_+], i.e. the δ of the
@@ -80,7 +85,7 @@ __all__ = ["CxLaw", "base_law", "combine", "epoch_pairs", "EpochPairs"]
 _U = float(np.finfo(np.float64).eps)
 ZETA = 1e-18            # mass cut from each tail at every truncation (booked or dropped)
 _TAU = 1e-12             # relative accuracy of S assumed per operation (loss shift)
-_CHUNK = 1 << 22         # pairs per block of the dense merge
+_BLOCK = 1 << 16         # pairs per block of the dense merge
 
 
 class CxLaw(NamedTuple):
@@ -127,14 +132,15 @@ def _norm_cdf_pair(a, b):
   return m, np.nan_to_num(err) + 4 * _U * m
 
 
-def base_law(sigma, eta, spread, zeta=None, theta=0.0, bias=0):
+def base_law(sigma, eta, spread, zeta=None, theta=0.0):
   """The law of one W (log W ~ N(−1/(2σ²), 1/σ²)) on the grid e^{θ + jη}.
 
   spread: each cell's mass μ and first moment M (log-normal partial moments)
   go to its endpoints with the same mass and mean; else to the point M/μ.
-  bias (spread only): +1 moves the split's round-off bound up (the law is
-  then ≥ in increasing convex order: the remove direction), −1 down (≥ in
-  decreasing convex order: add); 0 books it in ``bad`` instead.
+  Either way an atom (or a two-point law) sits at the computed mean M̂/μ̂,
+  whose log is off by at most err(M)/M + err(μ)/μ (and, for the spread, the
+  grid's exp rounding and e^η on err(M)): ``bad``, a position error that
+  :func:`epoch_pairs` books as a loss shift (module docstring).
   """
   mu, s = -0.5 / sigma ** 2, 1.0 / sigma
   zc = -sps.ndtri(ZETA if zeta is None else zeta) + 0.5
@@ -159,16 +165,13 @@ def base_law(sigma, eta, spread, zeta=None, theta=0.0, bias=0):
                             + err_mass[pos_m] / mass[pos_m]), initial=0.0)) * 1.01 + 4 * _U
     return CxLaw(j0, mass, pos, eta, 1, 0.0, 0.0, pos_err, rho, 1)
   g0, g1 = np.exp(e[:-1]), np.exp(e[1:])
-  hi_part = (mom - mass * g0) / (g1 - g0)
-  # mass the split may put on the wrong endpoint
-  split_err = (err_mom + g0 * err_mass) / (g1 - g0) * 1.01 + 8 * _U * mass
-  if bias > 0:      # at least the exact upper part (also after the 1 + ρ inflation)
-    hi_part, bad = hi_part + split_err, 8 * _U
-  elif bias < 0:    # at most the exact upper part, even after the 1 + ρ inflation
-    hi_part, bad = hi_part - split_err - 2 * rho * np.abs(hi_part), 8 * _U
-  else:
-    bad = math.fsum(split_err.tolist()) + 8 * _U
-  hi_part = np.clip(hi_part, 0.0, mass)
+  # the two-point law's mean is μ̂·g0 + (M̂ − μ̂·g0)·(G1 − G0)/(ĝ1 − ĝ0): M̂ up to the
+  # relative rounding of g (|e|·u, amplified 1/η in ĝ1 − ĝ0 but multiplied by
+  # ~η back), so its log is off by err(M)/M·e^η + err(μ)/μ + 1e-13 at most;
+  # the clip to [0, μ̂] only moves it toward the exact split
+  hi_part = np.clip((mom - mass * g0) / (g1 - g0), 0.0, mass)
+  bad = float(np.max(math.exp(eta) * err_mom[pos_m] / np.maximum(mom[pos_m], 1e-300)
+                     + err_mass[pos_m] / mass[pos_m], initial=0.0)) * 1.01 + 1e-13
   lo_part = mass - hi_part
   p = np.zeros(mass.size + 1)
   p[:-1] += lo_part
@@ -182,66 +185,118 @@ def base_law(sigma, eta, spread, zeta=None, theta=0.0, bias=0):
 # --------------------------------------------------------------------------
 
 
+def _spread_half(out, out_lo, x, y, dmin, dmax, eta, twice):
+  """Adds to ``out`` the pairs (x_i, y_j) with d = i − j in [dmin, dmax] (x the
+  larger atom): x_i·y_j·(1 − w_d) to cell i + f(d), x_i·y_j·w_d to i + f(d) + 1,
+  where log(e^{iη} + e^{jη}) = (i + f(d) + t)η, f(d) = ⌊log1p(e^{−dη})/η⌋, and
+  w_d = (e^{tη} − 1)/(e^η − 1) keeps the pair's mean. f takes ~log 2/η values,
+  each on a run of consecutive d; on a run the pairs are one direct (not FFT)
+  convolution of y with the weights, Σ_d y_{i−d}·c_d, a sum of non-negative
+  products (relative error <= its number of terms times u), so the cost is
+  ~log 2/η NumPy calls rather than one per d (twice: d > 0 counted twice, the
+  doubling's (i, j) and (j, i))."""
+  if dmax < dmin:
+    return
+  dd = np.arange(dmin, dmax + 1)
+  tau = np.log1p(np.exp(-dd * eta)) / eta
+  fl = np.floor(tau).astype(np.int64)
+  w = np.clip(np.expm1((tau - fl) * eta) / math.expm1(eta), 0.0, 1.0)
+  c_hi = w if not twice else np.where(dd > 0, 2.0 * w, w)
+  c_lo = (1.0 - w) if not twice else np.where(dd > 0, 2.0 * (1.0 - w), 1.0 - w)
+  # f is non-increasing in d: runs of equal f are contiguous
+  cuts = np.flatnonzero(np.diff(fl)) + 1
+  starts = np.concatenate(([0], cuts))
+  ends = np.concatenate((cuts, [dd.size]))
+  xp, xlo = x.p, x.lo
+  yp, ylo = y.p, y.lo
+  for s, e in zip(starts.tolist(), ends.tolist()):
+    f, dlo = int(fl[s]), int(dd[s])
+    # conv[n] = Σ_m y[n − m]·c[dlo + m]: the pairs with x index ylo + n + dlo
+    lo_c = np.convolve(yp, c_lo[s:e])
+    hi_c = np.convolve(yp, c_hi[s:e])
+    n0 = ylo + dlo                       # x index of conv[0]
+    a0, a1 = max(xlo, n0), min(xlo + xp.size, n0 + lo_c.size)
+    if a1 <= a0:
+      continue
+    xs = xp[a0 - xlo:a1 - xlo]
+    base = a0 + f - out_lo
+    out[base:base + xs.size] += xs * lo_c[a0 - n0:a1 - n0]
+    out[base + 1:base + 1 + xs.size] += xs * hi_c[a0 - n0:a1 - n0]
+
+
 def _spread_sum(la, lb):
   """Mean-preserving spread of A + B onto the grid, for every pair of atoms."""
   eta = la.eta
-  dmin, dmax = lb.lo - la.hi, lb.hi - la.lo          # d = j − i (B's index − A's)
-  same = la is lb     # doubling: pairs (i, j) and (j, i) land alike; d >= 0, twice for d > 0
-  if same:
-    dmin = 0
-  dd = np.arange(dmin, dmax + 1)
-  ad = np.abs(dd).astype(np.float64)
-  tau = np.log1p(np.exp(-ad * eta)) / eta
-  fl = np.floor(tau).astype(np.int64)
-  w = np.clip(np.expm1((tau - fl) * eta) / math.expm1(eta), 0.0, 1.0)
   out_lo = min(la.lo, lb.lo)
-  out = np.zeros(max(la.hi, lb.hi) + int(fl.max()) + 3 - out_lo)
-  for d, f, wt in zip(dd.tolist(), fl.tolist(), w.tolist()):
-    i0, i1 = max(la.lo, lb.lo - d), min(la.hi, lb.hi - d)
-    if i1 < i0:
-      continue
-    v = la.p[i0 - la.lo:i1 - la.lo + 1] * lb.p[i0 + d - lb.lo:i1 + d - lb.lo + 1]
-    if same and d:
-      v = v * 2.0
-    base = i0 + max(d, 0) + f - out_lo
-    out[base:base + v.size] += v * (1.0 - wt)
-    out[base + 1:base + 1 + v.size] += v * wt
+  fmax = int(math.floor(math.log(2.0) / eta)) + 1
+  out = np.zeros(max(la.hi, lb.hi) + fmax + 3 - out_lo)
+  if la is lb:     # doubling: pairs (i, j) and (j, i) land alike; d >= 0, twice for d > 0
+    _spread_half(out, out_lo, la, la, 0, la.hi - la.lo, eta, True)
+  else:            # B the larger (d = j − i >= 0), then A the larger (d >= 1)
+    _spread_half(out, out_lo, lb, la, max(0, lb.lo - la.hi), lb.hi - la.lo, eta, False)
+    _spread_half(out, out_lo, la, lb, max(1, la.lo - lb.hi), la.hi - lb.lo, eta, False)
   return out_lo, out
+
+def _merge_block(ea, pa, eb, pb, lo, eta, mass, mom, weight=None):
+  """Adds the pairs of a block (rows ``ea``/``pa`` of A, columns ``eb``/``pb`` of
+  B, S-space) to the cells' masses and moments (``weight``: pair factors)."""
+  s = ea[:, None] + eb[None, :]
+  c = np.log(s)
+  c *= 1.0 / eta
+  np.floor(c, out=c)
+  idx = c.astype(np.intp).ravel()
+  idx -= lo
+  m = pa[:, None] * pb[None, :]
+  if weight is not None:
+    m *= weight
+  mass += np.bincount(idx, weights=m.ravel(), minlength=mass.size)
+  m *= s
+  mom += np.bincount(idx, weights=m.ravel(), minlength=mass.size)
 
 
 def _merge_sum(la, lb):
-  """A + B with the pairs that fall in one cell merged to their mean."""
+  """A + B with the pairs that fall in one cell merged to their mean.
+
+  Computed in S-space (e^a + e^b, exact but for one rounding; positions are
+  within ±750 of 0): a pair's cell is ⌊log(S)/η⌋, the cell's mean is its
+  moment over its mass. Any grouping of the pairs is a valid merge (Jensen), so
+  a rounding that puts a pair in a neighbouring cell costs no soundness; the
+  clip to the cell then moves a position by O(u), inside ``_TAU``. Blocks of
+  <= 2^16 pairs (cache-sized temporaries); doubling: only j >= i, the pairs
+  j > i twice (a triangular weight on the diagonal blocks only)."""
   eta = la.eta
   lo = math.floor(float(np.logaddexp(la.pos.min(), lb.pos.min())) / eta) - 1
   hi = math.floor(float(np.logaddexp(la.pos.max(), lb.pos.max())) / eta) + 1
   mass = np.zeros(hi - lo + 1)
   mom = np.zeros(hi - lo + 1)
-  rows = max(1, _CHUNK // max(lb.p.size, 1))
-  same = la is lb     # doubling: only j >= i, the pairs j > i twice
-  for r0 in range(0, la.p.size, rows):
-    c0 = r0 if same else 0
-    pa, xa = la.p[r0:r0 + rows, None], la.pos[r0:r0 + rows, None]
-    s = np.logaddexp(xa, lb.pos[None, c0:])
-    c = np.floor(s / eta).astype(np.int64)
-    m = pa * lb.p[None, c0:]
-    if same:
-      i = np.arange(r0, r0 + pa.shape[0])[:, None]
-      j = np.arange(c0, lb.p.size)[None, :]
-      m = np.where(j > i, 2.0 * m, np.where(j == i, m, 0.0))
-    idx = (c - lo).ravel()
-    mass += np.bincount(idx, weights=m.ravel(), minlength=mass.size)
-    mom += np.bincount(idx, weights=(m * np.exp(s - c * eta)).ravel(), minlength=mass.size)
+  ea, eb = np.exp(la.pos), np.exp(lb.pos)
+  na, nb = la.p.size, lb.p.size
+  rows = max(1, _BLOCK // max(nb, 1))
+  if la is lb:
+    pb2 = 2.0 * lb.p
+    tri = np.triu(np.ones((rows, rows)), 1) + 0.5 * np.eye(rows)
+    for r0 in range(0, na, rows):
+      r1 = min(r0 + rows, na)
+      w = tri[:r1 - r0, :r1 - r0]
+      _merge_block(ea[r0:r1], la.p[r0:r1], eb[r0:r1], pb2[r0:r1], lo, eta, mass, mom, w)
+      if r1 < nb:
+        _merge_block(ea[r0:r1], la.p[r0:r1], eb[r1:], pb2[r1:], lo, eta, mass, mom)
+  else:
+    for r0 in range(0, na, rows):
+      _merge_block(ea[r0:r0 + rows], la.p[r0:r0 + rows], eb, lb.p, lo, eta, mass, mom)
   ok = mass > 0
   cells = lo + np.arange(mass.size)
-  rel = np.where(ok, mom / np.where(ok, mass, 1.0), 1.0)
-  pos = np.clip(cells * eta + np.log(np.maximum(rel, 1e-300)), cells * eta, (cells + 1) * eta)
+  with np.errstate(divide="ignore"):
+    rel = np.where(ok, np.log(np.where(ok, mom, 1.0)) - np.log(np.where(ok, mass, 1.0)), cells * eta)
+  pos = np.clip(rel, cells * eta, (cells + 1) * eta)
   return lo, mass, pos
 
 
 def combine(la, lb, zeta=None):
   """Law of A + B (independent), spread or merged like the inputs, truncated."""
   n_add = la.p.size + lb.p.size + 4
-  rho = (1 + la.rho) * (1 + lb.rho) * (1 + 1.01 * n_add * _U) - 1
+  # a cell sums <= 2·n_add non-negative products (two per run of f, each a sum)
+  rho = (1 + la.rho) * (1 + lb.rho) * (1 + 2.02 * n_add * _U) - 1
   terms = la.terms + lb.terms
   ops = max(la.ops, lb.ops) + 1
   if la.pos is None:
@@ -251,7 +306,7 @@ def combine(la, lb, zeta=None):
     # dropped parts: E[(A+B); A or B dropped] <= dm_a + dq_a·E[B] + dm_b + dq_b·E[A]
     dq = la.dq + lb.dq
     dm = la.dm + la.dq * lb.terms + lb.dm + lb.dq * la.terms
-    out = CxLaw(lo, p, None, la.eta, terms, dq, dm, la.bad + lb.bad + 8 * _U, rho, ops, la.theta)
+    out = CxLaw(lo, p, None, la.eta, terms, dq, dm, max(la.bad, lb.bad), rho, ops, la.theta)
   else:
     lo, p, pos = _merge_sum(la, lb)
     out = CxLaw(lo, p, pos, la.eta, terms, 0.0, 0.0, max(la.bad, lb.bad), rho, ops)
@@ -314,16 +369,15 @@ def _plus_constant(law, c):
   p = np.bincount(cell - lo, weights=law.p * (1 - w), minlength=int(cell.max()) - lo + 2)
   p[1:] += np.bincount(cell - lo, weights=law.p * w, minlength=p.size - 1)[:p.size - 1]
   dm = law.dm + c * law.dq
-  return law._replace(lo=lo, p=p, dm=dm, bad=law.bad + 8 * _U,
-                      rho=law.rho + 2 * law.p.size * _U, ops=law.ops + 1)
+  return law._replace(lo=lo, p=p, dm=dm, rho=law.rho + 2 * law.p.size * _U, ops=law.ops + 1)
 
 
 class EpochPairs(NamedTuple):
   """One epoch's certified laws of the loss L = log(S/k), as arrays:
 
-  upper (spread): Q-masses ``q_up`` at L = (lo_up + t)·η (the remove chain,
-  ≥ in increasing convex order) and ``q_up_add`` at (lo_up_add + t)·η (the add
-  chain, ≥ in decreasing convex order), with the extra mass at +∞
+  upper (spread): Q-masses ``q_up`` at L = (lo_up + t)·η (for remove: the
+  spread law's masses times (1 + ρ)·e^τ) and ``q_up_add`` at (lo_up_add + t)·η
+  (for add: times 1 + ρ; the same grid), with the extra mass at +∞
   ``inf_remove`` (P-side) and ``inf_add`` (Q-side); lower (merged): Q-masses
   ``q_low`` at L = ``loss_low`` (exact positions). ``tau``: the loss accuracy
   to book per epoch."""
@@ -340,10 +394,10 @@ class EpochPairs(NamedTuple):
   q_up_add: np.ndarray
 
 
-def _spread_chain(sigma, k, m, eta, theta, bias, cache, zeta):
-  key = ("base", True, bias, zeta)
+def _spread_chain(sigma, k, m, eta, theta, cache, zeta):
+  key = ("base", True, zeta)
   if key not in cache:
-    cache[key] = base_law(sigma, eta, True, zeta=zeta, theta=theta, bias=bias)
+    cache[key] = base_law(sigma, eta, True, zeta=zeta, theta=theta)
   return _plus_constant(_sum_law(cache[key], m, cache, zeta), float(k - m))
 
 
@@ -371,17 +425,16 @@ def epoch_pairs(sigma, k, m, eta_up, eta_low=None, cache=None, zeta=None):
   zeta = ZETA if zeta is None else zeta
   if ("base", False, zeta) not in cache:
     cache[("base", False, zeta)] = base_law(sigma, eta_low, False, zeta=zeta)
-  sr = _spread_chain(sigma, k, m, eta_up, theta, +1, cache, zeta)
-  sa = _spread_chain(sigma, k, m, eta_up, theta, -1, cache, zeta)
+  sr = _spread_chain(sigma, k, m, eta_up, theta, cache, zeta)   # both directions' upper law
   sl = _plus_constant(_sum_law(cache[("base", False, zeta)], m, cache, zeta), float(k - m))
-  q_r, q_a = sr.p * (1 + sr.rho), sa.p * (1 + sa.rho)
+  q_r = q_a = sr.p * (1 + sr.rho)
   # the dropped tails (their P-mass dm/k for remove, Q-mass dq for add) at +inf;
   # the round-off of the splits is a position error within tau (module docstring)
   inf_remove = (sr.dm / k) * (1 + 1e-9)
-  inf_add = sa.dq * (1 + 1e-9)
-  tau = _TAU * (max(sr.ops, sa.ops) + sl.ops + 4) * (1 + abs(log_k)) + sl.bad
+  inf_add = sr.dq * (1 + 1e-9)
+  tau = _TAU * (sr.ops + sl.ops + 4) * (1 + abs(log_k)) + max(sr.bad, sl.bad)
   q_r = q_r * math.exp(tau) * (1 + 4 * _U)    # e^{±α} per epoch on the P-masses (docstring)
   q_low = sl.p / (1 + sl.rho) * math.exp(-tau) * (1 - 4 * _U)
   shift = math.floor(log_k / eta_up)       # L = (lo + t − shift)·η
   return EpochPairs(sr.lo - shift, q_r, inf_remove, inf_add, q_low, sl.pos - log_k, log_k,
-                    eta_up, tau, sa.lo - shift, q_a)
+                    eta_up, tau, sr.lo - shift, q_a)
