@@ -8,21 +8,35 @@ Measures, for the MNIST-like run (N = 60000, B = 256: k = 234 steps per epoch,
   laws, NumPy);
 * the references: Poisson sampling's tight ε at q = B/N (jaxdp's PLD
   accountant) and the sampler's certified RDP ε;
-* the warm time per configuration of a batch of configurations
-  (``--batch``, σ in [0.8, 2], 10-60 epochs) at the automatic grid.
+* the warm time per configuration of a batch of mixed configurations
+  (``--batch``, ``--repeats``: σ in [0.8, 2], k in [50, 500] log-uniform,
+  1-60 epochs, every other one with a partial epoch; one
+  ``jaxdp.pld.epsilon(return_bounds=True)`` call each), the median over the
+  repeats, next to dp_accounting's Poisson PLD (q = 1/k, grid 1e-4) on the
+  same configurations (``--dp-accounting``), with the load average.
 
-Usage: ``python benchmarks/allocation.py [--eta 1e-3 5e-4] [--batch 32] [--dp-accounting] [--out FILE]``.
-The numbers of a run go to stdout as JSON lines (and to ``--out``).
+Usage: ``python benchmarks/allocation.py [--eta 1e-3 5e-4] [--batch 32] [--repeats 3] [--dp-accounting] [--out FILE]``.
+The numbers of a run go to stdout as JSON lines (and to ``--out``). To time an
+older checkout, run this script from outside the repository with
+``PYTHONPATH=<checkout>``.
 
-Measured 2026-11-27 on the shared 2-core CPU (other jobs running), convex-order laws:
+Measured 2026-11-27 on the shared 2-core CPU (load average 2.5-3.5: other
+jobs running), convex-order laws, before (commit 2f68632) and after issue
+38's speed work (one spread chain, convolution-run spreads, blocked S-space
+merges, the upper side composed on η, the lower grid from the upper ε):
 
-    eta    lower    upper    width   seconds
-    8e-3   2.3263   2.3471   0.88%   0.8
-    4e-3   2.3367   2.3418   0.22%   2.3   (automatic)
-    2e-3   2.3391   2.3408   0.07%   5.1
+    eta    lower    upper    width   seconds (before: interval, seconds)
+    8e-3   2.3263   2.3458   0.83%   0.40    ([2.3263, 2.3471], 0.8)
+    4e-3   2.3367   2.3418   0.22%   0.65-0.75 ([2.3367, 2.3418], 2.3)  (automatic)
+    2e-3   2.3386   2.3408   0.10%   1.4     ([2.3391, 2.3408], 5.1)
     references: Poisson sampling's tight ε 2.3800 (jaxdp PLD; dp_accounting's PLD 2.3796 in
-    0.53 s), balls-in-bins certified RDP 2.5486. Batch of 8 configurations (σ in [0.8, 2],
-    10-60 epochs): 2.2 s per configuration, every upper end below Poisson's tight ε.
+    0.54 s), balls-in-bins certified RDP 2.5486.
+
+    batch of 32 (seed 0)        before        after       dp_accounting Poisson PLD
+    seconds per configuration   2.48 (2 runs)  0.715 (3)   0.44 (3)
+    relative width, median/max  0.13%/0.36%   0.17%/0.37%
+    after / dp_accounting: 1.63x; every upper end below Poisson's tight ε at q = 1/k.
+
     First-order laws (jaxdp._src.mechanisms.allocation, losses rounded up/down): at eta
     1e-3, [2.011, 2.657] in 3 s; the width is about epochs·(2·log2 k + 3)·eta.
 """

@@ -559,7 +559,7 @@ def test_allocation_upper_end_finite(corner):
     mu = math.sqrt(cfg.steps) / cfg.sigma
     assert mp_gaussian_delta(lo, mu) >= cfg.value * (1 - 1e-6), (lo, up)
     assert mp_gaussian_delta(up, mu) <= cfg.value * (1 + 1e-6), (lo, up)
-    assert up - lo <= 1e-5 * up, (lo, up)
+    assert up - lo <= 2e-3 * up, (lo, up)   # the lower grid: <= 0.125% (allocation_forward)
 
 
 def test_allocation_impossible_grid_raises():

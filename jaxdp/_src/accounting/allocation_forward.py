@@ -20,15 +20,16 @@ directions, on each side. The upper laws are discretised already (every loss
 a multiple of the grid step η), so they are handed to the composition
 unchanged as its pessimistic PMFs, the lower laws as its optimistic ones.
 
-Grid step η (``value_discretization_interval``; automatic: ``_AUTO_ETA``·min(1, 1.1/σ),
-so that a law has ~10^4 cells whatever σ; the composition grid is η/r, r =
-round(η/2.5e-5) clipped to [1, 80]).
+Grid step η (``value_discretization_interval``; automatic: ``_AUTO_ETA``·min(1, 1.1/σ)
+·min(1, (234/k)^{1/4}), so that a law has ~10^4 cells whatever σ). The upper
+law is composed on the grid η itself; the lower law on η/r, r the smallest
+keeping its rounding (< η/r per epoch) below 0.125% of ε, at most
+round(η/2.5e-5) and 80 (:func:`_lower_ratio`).
 Convex-order laws: the width is second order (MNIST-like, 60 epochs of
-k = 234, σ = 1.1, δ = 1e-5: [2.3367, 2.3443], 0.33% wide at the automatic
-η = 4e-3 with the merged law on 8e-3, ~2 s on the shared 2-core CPU;
-benchmarks/allocation.py), plus < 2.5e-5 per epoch from the lower law's
-rounding to the composition grid; the upper end carries the booked round-off
-mass of the spread (module docstring of ``allocation_cx``).
+k = 234, σ = 1.1, δ = 1e-5: [2.3367, 2.3418], 0.22% wide at the automatic
+η = 4e-3 with the merged law on 8e-3, ~0.7 s on the shared 2-core CPU;
+benchmarks/allocation.py); the upper end carries the dropped tails at +∞
+and the round-off as a loss shift (module docstring of ``allocation_cx``).
 First-order laws: about (E + 1)·(2·log₂k + 3)·η (every log-sum-exp rounding
 moves a loss by at most η; 24% at η = 1e-3 on the same run). The number of atoms of a law is about
 (2z/σ + log k)/η for the first-order laws (z ≈ 10.6 standard deviations for the
@@ -63,12 +64,12 @@ from jaxdp._src.pld.general_readout import delta_of, epsilon_of
 __all__ = ["is_allocation", "interval", "pld_bounds", "tight_upper"]
 
 _KAPPA = 1e-22
-_AUTO_ETA = 4e-3           # default grid step of the loss (MNIST-like: 0.33% wide, ~2 s; benchmarks/allocation.py)
+_AUTO_ETA = 4e-3           # default grid step of the loss (MNIST-like: 0.22% wide, ~0.7 s; benchmarks/allocation.py)
 _ETA_LIMIT = 0.05          # coarsest automatic grid step
 _MAX_ATOMS = 1 << 21       # largest one-epoch law (first-order laws)
 _MAX_CX_ATOMS = 1 << 16    # largest convex-order law (its sums are dense: O(n²))
-_COMPOSE_RATIO = 80       # composition grid η/r for the convex-order laws (the lower law rounds down
-_COMPOSE_GRID = 2.5e-5    # to it): r = round(η / 2.5e-5) clipped to [1, 80]
+_COMPOSE_RATIO = 80       # lower side's composition grid η/r for the convex-order laws (the lower law
+_COMPOSE_GRID = 2.5e-5    # rounds down to it): r <= round(η / 2.5e-5) clipped to [1, 80]
 _CX_LOW_RATIO = 2.0       # the merged (lower) law on the grid 2η: second order, O(n²) merges
 _LOWER_SLACK = 1.25e-3    # the lower law's rounding to the composition grid: <= 0.125% of ε
 
