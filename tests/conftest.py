@@ -55,4 +55,6 @@ def _fresh_host_questions():
   path does not depend on the tests that ran before it."""
   from jaxdp._src.kernels import rdp_driver as _rdp_driver
   _rdp_driver._host_questions_left[0] = _rdp_driver._HOST_QUESTIONS
+  from jaxdp._src.solvers import boundary_eval as _boundary_eval
+  _boundary_eval._host_rounds_left[0] = _boundary_eval._HOST_ROUNDS
   yield

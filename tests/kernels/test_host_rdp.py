@@ -121,6 +121,40 @@ def test_first_questions_compile_nothing(monkeypatch):
   assert np.isfinite(s) and s > 0
 
 
+def test_small_calibration_rounds_compile_nothing_then_agree(monkeypatch):
+  """Three targets (48 probes a round, beyond the 16-configuration host
+  chunk) in a fresh process: the rounds run on the host while its round
+  budget lasts, so nothing is compiled (the README's calibration took ~17 s
+  to compile before); with the budget spent, the compiled rounds give σ
+  within 1e-9 relative (the host's 1e-10 margin), and each σ meets its
+  target by jaxdp.epsilon on both of its paths and is tight to rtol."""
+  compiles = []
+
+  def listener(event, duration, **_):
+    if event == "/jax/core/compile/backend_compile_duration":
+      compiles.append(duration)
+
+  targets, q, steps = np.array([1.0, 3.0, 8.0]), 0.0123, 4321
+  monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
+  monkeypatch.setattr(_calibrate_boundary, "_host_rounds_left", [_calibrate_boundary._HOST_ROUNDS])
+  monitoring.register_event_duration_secs_listener(listener)
+  try:
+    on_host = calibrate.sigma(targets, 1e-5, q, steps)
+  finally:
+    monitoring.unregister_event_duration_listener(listener)
+  assert compiles == []
+  assert _calibrate_boundary._host_rounds_left[0] < _calibrate_boundary._HOST_ROUNDS
+  monkeypatch.setattr(_calibrate_boundary, "_host_rounds_left", [0])
+  compiled = calibrate.sigma(targets, 1e-5, q, steps)
+  np.testing.assert_allclose(on_host, compiled, rtol=1e-9)
+  for sigma in (on_host, compiled):
+    for left in (_rdp_driver._HOST_QUESTIONS, 0):   # jaxdp.epsilon on the host, then compiled
+      monkeypatch.setattr(_rdp_driver, "_host_questions_left", [left])
+      assert np.all(jaxdp.epsilon(q, sigma, steps, 1e-5) <= targets)
+      monkeypatch.setattr(_rdp_driver, "_host_questions_left", [left])
+      assert np.all(jaxdp.epsilon(q, sigma * (1 - 1e-6), steps, 1e-5) > targets)
+
+
 def test_later_questions_use_the_compiled_programs(monkeypatch):
   monkeypatch.setattr(_rdp_driver, "_host_questions_left", [0])
   calls = []
