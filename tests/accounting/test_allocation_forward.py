@@ -107,3 +107,16 @@ def test_calibrated_sigma_meets_the_target_below_the_rdp_sigma():
   sig = float(calibrate.sigma(2.0, 1e-5, s, 25, accountant="pld"))
   assert float(jaxdp.epsilon(s, sig, 25, 1e-5, accountant="pld")) <= 2.0
   assert sig < float(calibrate.sigma(2.0, 1e-5, s, 25))
+
+
+def test_tiny_delta_upper_monotone_in_sigma():
+  """Regression (issue 38, found by the slow harness): where the true δ is far
+  below the booked +∞ masses (here ~1e-14), the upper δ must still not grow
+  with σ. The booked masses are bounds that depend on k and the tail cut only,
+  not on σ or the grid."""
+  s = sampling.balls_in_bins(661, 7, 661)          # k = 94, 89 epochs
+  sigma, steps, eps = 85.43011681910336, 8366, 0.6050823789950159
+  lo, up = jaxdp.pld.delta(s, np.array([sigma, 1.25 * sigma]), np.array([steps, steps]),
+                           np.array([eps, eps]), return_bounds=True)
+  assert up[1] <= up[0] and np.all(lo <= up), (lo, up)
+  assert 0 < up[0] < 1e-12

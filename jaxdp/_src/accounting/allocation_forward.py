@@ -117,13 +117,13 @@ def _cx_pmfs(ep, direction, r):
 
 def _zeta(kind, k, steps, value):
   """Tail cut of the convex-order laws: their +∞ masses (about 4·k·ζ per epoch,
-  :func:`jaxdp._src.mechanisms.allocation_cx.epoch_pairs`) stay below 1e-4 of
-  the smallest δ asked for (``ZETA`` = 1e-18 at most; for a δ(ε) query, the
-  +∞ mass adds to δ as it is)."""
+  :func:`jaxdp._src.mechanisms.allocation_cx.epoch_pairs`; 8·k·ζ allowed here)
+  stay below 1e-4 of the smallest δ asked for (``ZETA`` = 1e-18 at most; for a
+  δ(ε) query, the +∞ mass, ~4·k·E·1e-18, adds to δ as it is)."""
   zeta = _allocation_cx.ZETA
   if kind == "epsilon":
     epochs = int(steps) // int(k) + 1
-    zeta = min(zeta, 1e-4 * float(np.min(value)) / (4.0 * int(k) * epochs))
+    zeta = min(zeta, 1e-4 * float(np.min(value)) / (8.0 * int(k) * epochs))
   return max(zeta, 1e-300)
 
 

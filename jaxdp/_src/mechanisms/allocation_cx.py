@@ -28,9 +28,14 @@ Both lose only O(η²) per step (a spread adds at most η²·S²/4 of variance),
 where rounding to a grid loses O(η).
 
 Tails: the lower laws drop mass (δ is non-decreasing in mass); the upper laws
-drop mass beyond ±z standard deviations and book it: a dropped Q-mass μ and
-first moment M add at most μ (add) and M/k (remove: the P-mass) to any
-composed δ, and are carried at +∞ (δ ≤ the kept part's δ + P[some part dropped]).
+drop mass beyond ±z standard deviations of log W (z from the cut ζ, on the
+Q-side law N(−1/(2σ²), 1/σ²) below and on the P-side law N(+1/(2σ²), 1/σ²)
+above) and, at every sum, each tail of Q-mass <= ζ and first moment <=
+ζ·terms, and book it: a dropped Q-mass μ and first moment M add at most μ
+(add) and M/k (remove: the P-mass) to any composed δ, and are carried at +∞
+(δ ≤ the kept part's δ + P[some part dropped]). What is booked is these
+bounds (ζ, ζ·terms per tail), not the amounts dropped, so that the +∞ masses
+(~4·k·ζ per epoch, both directions) do not depend on σ or η.
 Round-off: masses are sums of products of non-negative numbers (relative
 error tracked as ρ, from the cells' log-CDF error bounds; upper masses
 inflated by 1 + ρ, lower deflated). A split's weights w (the upper part's
@@ -176,8 +181,12 @@ def base_law(sigma, eta, spread, zeta=None, theta=0.0):
   p = np.zeros(mass.size + 1)
   p[:-1] += lo_part
   p[1:] += hi_part
-  return CxLaw(j0, p, None, eta, 1, below + above_m, below * math.exp(e[0]) + above_mom,
-               bad, rho, 1, theta)
+  # booked as their bounds (σ-free, see truncate): each tail's Q-mass and moment
+  # is < Φ(−zc) < zeta (e[0] <= mu − zc·s < 0, e[-1] >= mu + s² + zc·s)
+  zeta = ZETA if zeta is None else zeta
+  dq = max(2 * zeta, below + above_m) * (1 + 1e-9)
+  dm = max(2 * zeta, below * math.exp(e[0]) + above_mom) * (1 + 1e-9)
+  return CxLaw(j0, p, None, eta, 1, dq, dm, bad, rho, 1, theta)
 
 
 # --------------------------------------------------------------------------
@@ -314,22 +323,27 @@ def combine(la, lb, zeta=None):
 
 
 def truncate(law, zeta=None):
-  """Drops tails of Q-mass <= ``zeta`` each (booked in dq, dm for a spread law);
-  the upper tail also has first moment <= ``zeta``·terms, so that its P-mass
-  (moment/k, k >= terms) is <= ``zeta`` too."""
+  """Drops each tail whose Q-mass is <= ``zeta`` and whose first moment is <=
+  ``zeta``·terms (so its P-mass, moment/k with k >= terms, is <= ``zeta`` too).
+
+  A spread law books the bounds, not the dropped amounts: ``zeta`` of Q-mass
+  and ``zeta``·terms of moment per tail, whatever was dropped (sums of <= n
+  non-negative numbers: rounding inside the 1e-9 margin). So the +∞ masses
+  depend on the doubling structure (k, m) and ``zeta`` only, never on σ or η,
+  and the upper δ keeps the finite part's monotonicity in σ."""
   zeta = ZETA if zeta is None else zeta
   p = law.p
   x = law.theta + (law.lo + np.arange(p.size)) * law.eta
+  mom = p * np.exp(x + law.eta)          # >= the atoms' moments
   cs, rs = np.cumsum(p), np.cumsum(p[::-1])
-  rm = np.cumsum((p * np.exp(x + law.eta))[::-1])
-  i0 = min(int(np.searchsorted(cs, zeta, side="right")), p.size - 1)
+  cm, rm = np.cumsum(mom), np.cumsum(mom[::-1])
+  i0 = min(int(np.searchsorted(cs, zeta, side="right")),
+           int(np.searchsorted(cm, zeta * law.terms, side="right")), p.size - 1)
   n_up = min(int(np.searchsorted(rs, zeta, side="right")),
              int(np.searchsorted(rm, zeta * law.terms, side="right")))
   i1 = max(p.size - n_up, i0 + 1)
-  drop = np.ones(p.size, bool)
-  drop[i0:i1] = False
-  dq = law.dq + math.fsum(p[drop].tolist()) * (1 + 1e-12)
-  dm = law.dm + math.fsum((p[drop] * np.exp(x[drop] + law.eta)).tolist()) * (1 + 1e-12)
+  dq = law.dq + 2 * zeta * (1 + 1e-9)
+  dm = law.dm + 2 * zeta * law.terms * (1 + 1e-9)
   pos = None if law.pos is None else law.pos[i0:i1]
   return law._replace(lo=law.lo + i0, p=p[i0:i1].copy(), pos=pos, dq=dq, dm=dm)
 
