@@ -232,3 +232,35 @@ def test_cdp_gaussian_reads_the_sensitivity():
   b = acc.compose(acc.init(), E.Gaussian(2.0 / 3.0))
   assert float(acc.epsilon(a, 1e-5)) == pytest.approx(float(acc.epsilon(b, 1e-5)), rel=1e-12)
   assert float(acc.epsilon(a, 1e-5)) > float(acc.epsilon(acc.compose(acc.init(), E.Gaussian(2.0)), 1e-5))
+
+
+def _mp_integer_order_rdp(q, sigma, alpha):
+  """RDP of the sampled Gaussian at an integer order by the exact binomial
+  sum in mpmath (Mironov, Talwar & Zhang 2019, §3.3):
+  A_α = Σ_k C(α, k) (1-q)^{α-k} q^k exp((k² - k)/(2σ²))."""
+  with mp.workdps(60):
+    q, s2 = mp.mpf(q), mp.mpf(sigma) ** 2
+    a = sum(mp.binomial(alpha, k) * (1 - q) ** (alpha - k) * q ** k * mp.exp((k * k - k) / (2 * s2))
+            for k in range(alpha + 1))
+    return float(mp.log(a) / (alpha - 1))
+
+
+@pytest.mark.parametrize("q,sigma", [(0.01, 1.0), (1e-5, 0.5), (0.9, 4.0), (0.2, 0.25)])
+def test_concrete_sampled_gaussian_composes_on_the_host(monkeypatch, q, sigma):
+  """A concrete SampledGaussian's per-step RDP is computed by NumPy (the
+  README's first ``compose`` built a ~5 s float64 kernel before): no RDP
+  kernel is built, and the state is an upper bound on the exact value at
+  every integer order, within float32 rounding of it."""
+  from jaxdp._src.kernels import rdp as rdp_impl  # pylint: disable=g-import-not-at-top
+
+  def no_kernel(*_):
+    raise AssertionError("the compiled RDP kernel was built")
+
+  monkeypatch.setattr(rdp_impl, "_static_kernel", no_kernel)
+  orders = np.array([2.0, 3.0, 4.0, 8.0, 16.0, 64.0, 100.0, 256.0])
+  acc = A.rdp(orders)
+  st = acc.compose(acc.init(), E.SampledGaussian(q, sigma), count=1)
+  got = np.asarray(st.rdp, np.float64)
+  ref = np.array([_mp_integer_order_rdp(q, sigma, int(a)) for a in orders])
+  assert np.all(got >= ref)
+  assert np.all(got <= ref * (1 + 1e-6))
