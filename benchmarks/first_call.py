@@ -39,7 +39,8 @@ from _common import environment, write_result  # noqa: E402
 
 # dp_accounting scripts answering the same questions as an example (what a
 # user of dp_accounting would run instead), with the settings they use. Keyed
-# by a line of the example's text (line numbers move when the docs change).
+# by a whole line of the example's text (line numbers move when the docs
+# change); a block answering more questions than its key is not compared.
 EQUIVALENTS = {
     "jaxdp epsilon --q 0.0042667 --sigma 1.1 --steps 14040 --delta 1e-5": (
         "PLDAccountant (its default value_discretization_interval 1e-4), MNIST tight ε",
@@ -61,7 +62,8 @@ def ev(s):
 print(dpa.calibrate_dp_mechanism(pld.PLDAccountant, ev, 3.0, 1e-5,
                                  dpa.LowerEndpointAndGuess(0.3, 1.0), tol=1e-3))
 """),
-    "eps = jaxdp.epsilon(np.geomspace(1e-4, 0.1, 100)[:, None]": ("RdpAccountant (its default orders) over the 100x100 grid; PLDAccountant "
+    ("eps = jaxdp.epsilon(np.geomspace(1e-4, 0.1, 100)[:, None], np.linspace(0.6, 6, 100), "
+     "1000, 1e-5)"): ("RdpAccountant (its default orders) over the 100x100 grid; PLDAccountant "
                      "(value_discretization_interval 1e-4) for the tight ε; calibrate_dp_mechanism "
                      "with RdpAccountant, tol 1e-3, LowerEndpointAndGuess(0.3, 1.0) for 3 targets; "
                      "RdpAccountant for the 1000 composed steps",
@@ -163,7 +165,8 @@ def main():
                  empty_cache_s=round(cold, 2), warm_cache_s=round(warm, 2),
                  ok=rc_cold == 0 and rc_warm == 0)
       eq = None if args.no_equivalents else next(
-          (v for k, v in EQUIVALENTS.items() if k in ex.block.text), None)
+          (v for k, v in EQUIVALENTS.items()
+           if any(k in (ln.strip(), ln.strip()[2:]) for ln in ex.block.text.splitlines())), None)
       if eq is not None:
         t, rc = run_equivalent(eq[1], args.timeout)
         row.update(dp_accounting_s=round(t, 2), dp_accounting_settings=eq[0],
