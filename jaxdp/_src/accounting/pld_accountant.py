@@ -13,6 +13,10 @@ question is asked:
   samplers' events, user PMF pairs), when they are at most as many steps as
   the Gaussian phases, are discretised on the host on that grid
   (:mod:`jaxdp._src.pld.extra`) and composed as more phases of the same kernel;
+* balls-in-bins epochs of one configuration (``events.BallsInBinsGaussian``,
+  one compose per epoch): the certified random-allocation interval of
+  :mod:`jaxdp._src.accounting.allocation_forward`, the same answer as
+  ``jaxdp.epsilon(sampling.balls_in_bins(...), ..., accountant="pld")``;
 * anything else (no Gaussian phase, or other events dominating the step
   count): the general engine :mod:`jaxdp.pld_general` on the events'
   dominating pairs (:func:`jaxdp.mechanisms.dominating_pairs`), whose grid
@@ -306,6 +310,45 @@ def _rdp_grid_bound(phases, values, want_epsilon):
   return np.where(np.isnan(out), np.inf, out)
 
 
+def _allocation_bounds(phases, values, want_epsilon, vdi):
+  """(lower, upper) for a state made of balls-in-bins epochs of one
+  configuration (``events.BallsInBinsGaussian``, count = epochs), or None when
+  the state holds other events.
+
+  The certified random-allocation interval of :mod:`jaxdp._src.accounting.allocation_forward`
+  (issue 38), the same function as ``jaxdp.pld.epsilon(sampling.balls_in_bins(N, B,
+  capacity), σ, epochs·k, …)`` with k = N // B: one configuration's epochs
+  compose as a whole run (capacity by the bins coupling), its upper end capped
+  by the sampler's RDP answer as there. Epochs of different
+  configurations, or mixed with other events, have no PLD here yet and raise.
+  """
+  if not phases or not any(isinstance(ev, _events.BallsInBinsGaussian) for ev, _ in phases):
+    return None
+  first = phases[0][0]
+  if not all(_same(ev, first) for ev, _ in phases):
+    raise ValueError(
+        "the PLD accountant composes balls-in-bins epochs of one configuration only (found "
+        f"{[ev for ev, _ in phases]}); use jaxdp.accountant.rdp() for mixed runs.")
+  from jaxdp._src.accounting import allocation_forward as _allocation_forward  # pylint: disable=g-import-not-at-top
+  from jaxdp._src.accounting import sampler_forward as _sampler_forward  # pylint: disable=g-import-not-at-top
+  from jaxdp._src.samplers import sampling as _sampling  # pylint: disable=g-import-not-at-top
+  n, b = int(first.dataset_size), int(first.batch_size)
+  cap = n if first.capacity is None else int(first.capacity)
+  sampler = _sampling.balls_in_bins(n, b, cap)
+  epochs = sum(c for _, c in phases)
+  steps = np.full(values.shape, float(epochs * sampler.steps_per_epoch))
+  sigma = np.full(values.shape, float(first.sigma))
+  kind = "epsilon" if want_epsilon else "delta"
+  lo, up = _allocation_forward.pld_bounds(kind, sampler, sigma, steps, values,
+                                          value_discretization_interval=vdi)
+  # As jaxdp.epsilon(sampler, ..., accountant="pld") answers: the upper end
+  # capped by the sampler's RDP answer (both certified; RDP where the PLD
+  # interval is (0, ∞), e.g. an overflow term above δ).
+  rdp_up = _sampler_forward.sampler_answer(kind, sampler, sigma, steps, values, "rdp", None)
+  from jaxdp._src.pld import fallback as _pld_fallback  # pylint: disable=g-import-not-at-top
+  return _pld_fallback.combine(lo, up, None, rdp_up)
+
+
 def make_accountant(*, value_discretization_interval=None, rtol=1e-3):
   """PLD accountant: ``Accountant(init, compose, epsilon, delta)``.
 
@@ -339,6 +382,10 @@ def make_accountant(*, value_discretization_interval=None, rtol=1e-3):
 
   def _query(state, value, want_epsilon):
     values = np.asarray(value, np.float64)
+    alloc = _allocation_bounds(_live_phases(state.phases), values, want_epsilon,
+                               value_discretization_interval)
+    if alloc is not None:
+      return tuple(np.asarray(a, np.float64).reshape(values.shape) for a in alloc)
     lo, up = _query_many([_live_phases(state.phases)], values.reshape(1, -1), want_epsilon,
                          value_discretization_interval, rtol)
     return lo.reshape(values.shape), up.reshape(values.shape)
