@@ -221,6 +221,12 @@ def _truncation_parameters(n, q, cap):
   return log_t_lo, log_t_hi, log_u_lo, log_u_hi, q_prime
 
 
+# ``_truncation_parameters`` as one persisted program, for callers outside a
+# trace (the dominating pair of :mod:`jaxdp._src.mechanisms.sampled`): run
+# eagerly it was ~60 operations compiled one by one (~3 s in a fresh process).
+truncation_parameters = persist.jit(_truncation_parameters)
+
+
 def _check_truncated(dataset_size, q, capacity):
   _check_common("dataset_size", dataset_size, low=1.0, integer=True)
   _check_common("q", q, low=0.0, high=1.0)

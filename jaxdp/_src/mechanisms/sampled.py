@@ -116,7 +116,7 @@ def truncated_poisson_gaussian(dataset_size, q, capacity, sigma, *, both_sizes=F
   q = float(q)
   sizes = (dataset_size, dataset_size + 1) if both_sizes else (dataset_size,)
   with nx.x64():
-    par = [[float(v) for v in rs._truncation_parameters(  # pylint: disable=protected-access
+    par = [[float(v) for v in rs.truncation_parameters(
         *(jnp.asarray(float(v), jnp.float64) for v in (n, q, capacity)))] for n in sizes]
   lt_lo, lu_lo = min(p[0] for p in par), min(p[2] for p in par)
   lt_hi, lu_hi = max(p[1] for p in par), max(p[3] for p in par)
