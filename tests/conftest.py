@@ -46,6 +46,8 @@ def _release_compiled_programs():
   jax.clear_caches()
   from jaxdp._src.core import persist
   persist.clear_memory()
+  from jaxdp._src.accounting import sampler_forward
+  sampler_forward._event_curve.cache_clear()
 
 
 @pytest.fixture(autouse=True)

@@ -131,23 +131,22 @@ def test_pld_accountant_composes_balls_in_bins_epochs():
   from jaxdp import accountant, events  # pylint: disable=g-import-not-at-top
 
   acc = accountant.pld()
-  ev = events.BallsInBinsGaussian(2000, 100, 1.0)
+  ev = events.BallsInBinsGaussian(400, 20, 1.0)
   st = acc.compose(acc.compose(acc.init(), ev, count=2), ev)   # 3 epochs of k = 20
-  smp = sampling.balls_in_bins(2000, 100, 2000)
+  smp = sampling.balls_in_bins(400, 20, 400)
   lo, up = acc.epsilon(st, 1e-5, return_bounds=True)
   assert up == jaxdp.epsilon(smp, 1.0, 60, 1e-5, accountant="pld")
   assert 0 < lo <= up
-  d_lo, d_up = acc.delta(st, 2.0, return_bounds=True)
-  assert d_up == jaxdp.delta(smp, 1.0, 60, 2.0, accountant="pld")
-  assert 0 <= d_lo <= d_up
+  d_lo, d_up = acc.delta(st, float(up), return_bounds=True)
+  assert 0 <= d_lo <= d_up <= 1e-5 * (1 + 1e-6)
 
   st1 = acc.compose(acc.init(), events.BallsInBinsGaussian(50, 50, 1.0), count=4)
   mu = 2.0   # sqrt(4 epochs) / σ
-  for eps in (0.5, 1.0, 3.0):
-    exact = norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * norm.cdf(-eps / mu - mu / 2)
-    lo1, up1 = acc.delta(st1, eps, return_bounds=True)
-    assert lo1 <= exact * (1 + 1e-9) and exact <= up1 * (1 + 1e-9), (eps, lo1, exact, up1)
+  eps = np.array([0.5, 1.0, 3.0])
+  exact = norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+  lo1, up1 = acc.delta(st1, eps, return_bounds=True)
+  assert np.all(lo1 <= exact * (1 + 1e-9)) and np.all(exact <= up1 * (1 + 1e-9)), (lo1, exact, up1)
 
-  mixed = acc.compose(st, events.BallsInBinsGaussian(2000, 100, 2.0))
+  mixed = acc.compose(st, events.BallsInBinsGaussian(400, 20, 2.0))
   with pytest.raises(ValueError, match="one configuration"):
     acc.epsilon(mixed, 1e-5)
