@@ -244,10 +244,7 @@ def check_epsilon(cfg, fails, rdp=False, mono=True):
       _at_least(fails, cfg, "k=1: mpmath δ_G(lower) < δ", mp_gaussian_delta(lo[0], mu), d, rel=1e-6)
       _at_most(fails, cfg, "k=1: mpmath δ_G(upper) > δ", mp_gaussian_delta(up[0], mu), d, rel=1e-6)
   if mono:
-    _at_least(fails, cfg, f"upper at steps={stp[1]} < upper at steps={cfg.steps}", up[1], up[0])
-    _at_least(fails, cfg, f"upper at steps={stp[1]} < LOWER at steps={cfg.steps} (unsound)", up[1], lo[0])
-    _at_most(fails, cfg, f"upper at sigma*{SIGMA_UP} > upper at sigma", up[2], up[0])
-    _at_most(fails, cfg, f"LOWER at sigma*{SIGMA_UP} > upper at sigma (unsound)", lo[2], up[0])
+    _check_monotone(fails, cfg, stp, lo, up, "")
   if rdp:
     try:
       rep = float(jaxdp.epsilon(s, cfg.sigma, cfg.steps, d, accountant="pld"))
@@ -256,12 +253,30 @@ def check_epsilon(cfg, fails, rdp=False, mono=True):
     except Exception as e:  # pylint: disable=broad-except
       fails.raised(cfg, "jaxdp.epsilon(pld / rdp)", e)
       return lo[0], up[0]
-    _at_most(fails, cfg, "jaxdp.epsilon(pld) > jaxdp.epsilon(rdp)", rep, e_rdp, rel=1e-12)
-    _at_most(fails, cfg, "jaxdp.epsilon(pld) > pld.epsilon upper", rep, up[0], rel=1e-12)
-    _at_least(fails, cfg, "jaxdp.epsilon(pld) < pld.epsilon lower", rep, lo[0])
-    _at_least(fails, cfg, "jaxdp.epsilon(pld) < independent lower bound", rep, ref)
-    _at_most(fails, cfg, "pld.epsilon lower > jaxdp.epsilon(rdp) (certified)", lo[0], e_rdp)
+    _check_reported(fails, cfg, "epsilon", rep, e_rdp, lo, up, ref)
   return lo[0], up[0]
+
+
+def _check_monotone(fails, cfg, stp, lo, up, prefix):
+  """Monotone in steps and σ (entries 1 and 2 of ``lo``/``up``: more steps,
+  σ·SIGMA_UP), and no upper end below another point's lower end; ``prefix``
+  names the quantity in the messages ("" for ε, "δ " for δ)."""
+  _at_least(fails, cfg, f"{prefix}upper at steps={stp[1]} < upper at steps={cfg.steps}", up[1], up[0])
+  _at_least(fails, cfg, f"{prefix}upper at steps={stp[1]} < LOWER at steps={cfg.steps} (unsound)",
+            up[1], lo[0])
+  _at_most(fails, cfg, f"{prefix}upper at sigma*{SIGMA_UP} > upper at sigma", up[2], up[0])
+  _at_most(fails, cfg, f"{prefix}LOWER at sigma*{SIGMA_UP} > upper at sigma (unsound)", lo[2], up[0])
+
+
+def _check_reported(fails, cfg, name, rep, rdp_value, lo, up, ref):
+  """The public ``jaxdp.<name>(accountant="pld")`` answer ``rep``: at most the
+  RDP answer and the PLD upper end, at least the certified lower end and the
+  independent lower bound ``ref``; the lower end at most the RDP answer."""
+  _at_most(fails, cfg, f"jaxdp.{name}(pld) > jaxdp.{name}(rdp)", rep, rdp_value, rel=1e-12)
+  _at_most(fails, cfg, f"jaxdp.{name}(pld) > pld.{name} upper", rep, up[0], rel=1e-12)
+  _at_least(fails, cfg, f"jaxdp.{name}(pld) < pld.{name} lower", rep, lo[0])
+  _at_least(fails, cfg, f"jaxdp.{name}(pld) < independent lower bound", rep, ref)
+  _at_most(fails, cfg, f"pld.{name} lower > jaxdp.{name}(rdp) (certified)", lo[0], rdp_value)
 
 
 def _epsilon_for_delta_check(cfg, rng):
@@ -296,10 +311,7 @@ def check_delta(cfg, fails, rng, rdp=False, mono=True):
              rel=1e-6, abs_=1e-15)
     _at_least(fails, c, "k=1: pld.delta upper < exact T-fold Gaussian δ (mpmath)", up[0], exact, rel=1e-6)
   if mono:
-    _at_least(fails, c, f"δ upper at steps={stp[1]} < upper at steps={c.steps}", up[1], up[0])
-    _at_least(fails, c, f"δ upper at steps={stp[1]} < LOWER at steps={c.steps} (unsound)", up[1], lo[0])
-    _at_most(fails, c, f"δ upper at sigma*{SIGMA_UP} > upper at sigma", up[2], up[0])
-    _at_most(fails, c, f"δ LOWER at sigma*{SIGMA_UP} > upper at sigma (unsound)", lo[2], up[0])
+    _check_monotone(fails, c, stp, lo, up, "δ ")
   if rdp:
     try:
       rep = float(jaxdp.delta(s, c.sigma, c.steps, eps, accountant="pld"))
@@ -308,11 +320,7 @@ def check_delta(cfg, fails, rng, rdp=False, mono=True):
     except Exception as e:  # pylint: disable=broad-except
       fails.raised(c, "jaxdp.delta(pld / rdp)", e)
       return
-    _at_most(fails, c, "jaxdp.delta(pld) > jaxdp.delta(rdp)", rep, d_rdp, rel=1e-12)
-    _at_most(fails, c, "jaxdp.delta(pld) > pld.delta upper", rep, up[0], rel=1e-12)
-    _at_least(fails, c, "jaxdp.delta(pld) < pld.delta lower", rep, lo[0])
-    _at_least(fails, c, "jaxdp.delta(pld) < independent lower bound", rep, ref)
-    _at_most(fails, c, "pld.delta lower > jaxdp.delta(rdp) (certified)", lo[0], d_rdp)
+    _check_reported(fails, c, "delta", rep, d_rdp, lo, up, ref)
 
 
 def _timed(label, fn):
