@@ -382,11 +382,11 @@ def make_accountant(*, value_discretization_interval=None, rtol=1e-3):
 
   def _query(state, value, want_epsilon):
     values = np.asarray(value, np.float64)
-    alloc = _allocation_bounds(_live_phases(state.phases), values, want_epsilon,
-                               value_discretization_interval)
+    phases = _live_phases(state.phases)
+    alloc = _allocation_bounds(phases, values, want_epsilon, value_discretization_interval)
     if alloc is not None:
       return tuple(np.asarray(a, np.float64).reshape(values.shape) for a in alloc)
-    lo, up = _query_many([_live_phases(state.phases)], values.reshape(1, -1), want_epsilon,
+    lo, up = _query_many([phases], values.reshape(1, -1), want_epsilon,
                          value_discretization_interval, rtol)
     return lo.reshape(values.shape), up.reshape(values.shape)
 

@@ -95,9 +95,10 @@ def _event_curve(kind, ev, orders_bytes, x64):
 
 def _curve(ev, orders):
   try:
-    return _event_curve(type(ev), ev, orders.tobytes(), bool(jax.config.jax_enable_x64))
-  except TypeError:   # an event with unhashable (array) fields
+    hash(ev)
+  except TypeError:   # an event with unhashable (array) fields: not memoised
     return np.asarray(event_rdp(ev, orders, jnp.float64), np.float64)
+  return _event_curve(type(ev), ev, orders.tobytes(), bool(jax.config.jax_enable_x64))
 
 
 def _rdp_total(sampler, sigma, steps, orders):
