@@ -61,7 +61,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp._src.core import numerics as nx
-from jaxdp._src.core import persist
 from jaxdp._src import events as _events
 from jaxdp._src.mechanisms import pairs as _pairs
 from jaxdp._src.events import is_sampler
@@ -86,9 +85,15 @@ def _event_curve(kind, ev, orders_bytes, x64):
   The key holds the event's class (two event classes with equal fields
   compare equal as tuples), its fields, the orders' bytes and the x64 flag.
   """
-  del kind, x64   # part of the key only
+  del x64   # part of the key only
   orders = np.frombuffer(orders_bytes, np.float64)
-  out = np.asarray(event_rdp(ev, orders, jnp.float64), np.float64)
+  if kind in (_events.SampledGaussian, _events.TruncatedPoissonGaussian):
+    # Poisson sampling, truncated or not: the same formulas in NumPy
+    # (nothing compiled; ~1e-10 relative of the compiled kernels).
+    from jaxdp._src.mechanisms import sampled as _sampled  # pylint: disable=g-import-not-at-top
+    out = _sampled.host_poisson_rdp(ev, orders)
+  else:
+    out = np.asarray(event_rdp(ev, orders, jnp.float64), np.float64)
   out.setflags(write=False)
   return out
 
@@ -116,14 +121,16 @@ def _rdp_total(sampler, sigma, steps, orders):
   return np.nextafter(curve * np.asarray(count)[..., None], np.inf), orders
 
 
-@functools.partial(persist.jit, static_argnums=(0, 1))
 def _convert(kind, grid, total, value):
-  """RDP curve -> ε at δ = value (kind "epsilon") or δ at ε = value, one
-  compiled program per order grid (op by op it was ~30 small compilations)."""
-  from jaxdp._src.kernels import rdp as _rdp  # pylint: disable=g-import-not-at-top
-  if kind == "epsilon":
-    return _rdp.to_epsilon(total, np.asarray(grid), value)[0]
-  return _rdp.to_delta(total, np.asarray(grid), value)
+  """RDP curve ``total`` (..., orders) -> ε at δ = ``value`` (kind
+  "epsilon") or δ at ε = ``value``, in NumPy (the conversion of
+  :func:`jaxdp.rdp.to_epsilon`/:func:`jaxdp.rdp.to_delta`, same formulas;
+  nothing compiled)."""
+  from jaxdp._src.kernels import rdp_convert  # pylint: disable=g-import-not-at-top
+  with np.errstate(all="ignore"):
+    if kind == "epsilon":
+      return rdp_convert.to_epsilon_xp(total, grid, value, "improved", np)[0]
+    return rdp_convert.to_delta_xp(total, grid, value, np)
 
 
 def epsilon(sampler, sigma, steps, delta, accountant="rdp", orders=None):
@@ -164,8 +171,8 @@ def sampler_answer(kind, sampler, sigma, steps, value, accountant, orders):
     # ``grid`` is the orders of the curve; the coupling below gets the user's
     # ``orders`` (None: every real order for the untruncated Poisson answer).
     total, grid = _rdp_total(sampler, sigma, steps, orders)
-    out = _convert(kind, tuple(float(a) for a in grid), jnp.asarray(total), jnp.asarray(value))
-    out = np.nextafter(np.asarray(out, np.float64), np.inf)  # round up
+  out = _convert(kind, grid, total, value)
+  out = np.nextafter(np.asarray(out, np.float64), np.inf)  # round up
   out = _with_coupling(kind, sampler, sigma, steps, value, out, "rdp", orders)
   if kind == "delta":
     out = np.minimum(out, 1.0)

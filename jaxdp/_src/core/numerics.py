@@ -146,15 +146,15 @@ def fori_loop(lower, upper, body, init, xp=jnp):
   return init
 
 
-def log_add(a, b):
+def log_add(a, b, xp=jnp):
   """log(exp(a) + exp(b)), exact at -inf."""
-  a = jnp.asarray(a)
-  b = jnp.asarray(b)
-  hi = jnp.maximum(a, b)
-  lo = jnp.minimum(a, b)
-  hi_s = jnp.where(jnp.isfinite(hi), hi, 0.0)
-  out = hi_s + log1p(jnp.exp(lo - hi_s))
-  return jnp.where(jnp.isfinite(hi), out, hi)
+  a = xp.asarray(a)
+  b = xp.asarray(b)
+  hi = xp.maximum(a, b)
+  lo = xp.minimum(a, b)
+  hi_s = xp.where(xp.isfinite(hi), hi, 0.0)
+  out = hi_s + log1p(xp.exp(lo - hi_s), xp)
+  return xp.where(xp.isfinite(hi), out, hi)
 
 
 def log1mexp(x, xp=jnp):

@@ -38,7 +38,6 @@ import math
 
 import numpy as np
 
-from jaxdp._src.core import persist
 
 
 def overflow_probability(dataset_size, batch_size, capacity, epochs) -> float:
@@ -90,29 +89,20 @@ def poisson_overflow_probability(dataset_size, q, capacity, steps) -> float:
   Returns:
     Float64 NumPy array of the shape of ``steps``, in [0, 1].
   """
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from jaxdp._src.core import numerics as nx  # pylint: disable=g-import-not-at-top
+  from jaxdp._src.kernels import rdp_truncated as rt  # pylint: disable=g-import-not-at-top
   steps = np.asarray(steps, np.float64)
   n, c, q = float(dataset_size) + 1.0, float(capacity) + 1.0, float(q)
   if c > n or q <= 0.0:
     return np.zeros(steps.shape)
   if q >= 1.0:
     return np.where(steps > 0, 1.0, 0.0)
-  with nx.x64():
-    log_p1 = float(_log_tail_hi(jnp.asarray(c, jnp.float64), jnp.asarray(n, jnp.float64),
-                                jnp.asarray(q, jnp.float64)))
+  with np.errstate(all="ignore"):   # the bracket in NumPy: nothing compiled
+    log_p1 = float(rt._binomial_upper_tail(  # pylint: disable=protected-access
+        *(np.asarray(v, np.float64) for v in (c, n, q)), xp=np).log_t_hi)
   p1 = min(math.exp(log_p1) * (1.0 + 1e-12), 1.0)
   with np.errstate(divide="ignore"):
     out = -np.expm1(steps * math.log1p(-p1)) if p1 < 1.0 else np.where(steps > 0, 1.0, 0.0)
   return np.minimum(np.where(steps > 0, out * (1.0 + 1e-12), 0.0), 1.0)
-
-
-@persist.jit
-def _log_tail_hi(c, n, q):
-  """Upper bound on log P[Binomial(n, q) >= c], one compiled program (it ran
-  op by op: ~60 small compilations in a fresh process)."""
-  from jaxdp._src.kernels import rdp_truncated as rt  # pylint: disable=g-import-not-at-top
-  return rt._binomial_upper_tail(c, n, q).log_t_hi  # pylint: disable=protected-access
 
 
 def _untruncated(sampler):

@@ -115,9 +115,9 @@ def truncated_poisson_gaussian(dataset_size, q, capacity, sigma, *, both_sizes=F
   sigma = _pairs._check_sigma(sigma)  # pylint: disable=protected-access
   q = float(q)
   sizes = (dataset_size, dataset_size + 1) if both_sizes else (dataset_size,)
-  with nx.x64():
-    par = [[float(v) for v in rs.truncation_parameters(
-        *(jnp.asarray(float(v), jnp.float64) for v in (n, q, capacity)))] for n in sizes]
+  with np.errstate(all="ignore"):   # the brackets in NumPy: nothing compiled
+    par = [[float(v) for v in rs._truncation_parameters(  # pylint: disable=protected-access
+        *(np.asarray(float(v), np.float64) for v in (n, q, capacity)), xp=np)] for n in sizes]
   lt_lo, lu_lo = min(p[0] for p in par), min(p[2] for p in par)
   lt_hi, lu_hi = max(p[1] for p in par), max(p[3] for p in par)
   qp, qp_lo = max(p[4] for p in par), min(p[4] for p in par) * (1.0 - 1e-9)
@@ -199,6 +199,38 @@ def _poisson_add_remove_rdp(event, col, alpha):
   trunc = jnp.maximum(_rs.truncated_poisson_gaussian(n, q, cap, s, alpha),
                       _rs.truncated_poisson_gaussian(n + 1, q, cap, s, alpha))
   return jnp.where(cap >= n, plain, trunc)
+
+
+def host_poisson_rdp(event, orders):
+  """:func:`_poisson_rdp` of one concrete ``SampledGaussian`` or
+  ``TruncatedPoissonGaussian`` event at 1-D float64 ``orders``, computed in
+  NumPy (the same formulas: :func:`jaxdp._src.kernels.host_rdp.per_step_rdp`
+  and :func:`jaxdp._src.kernels.rdp_truncated.truncated_poisson_gaussian_host`),
+  nothing compiled; within ~1e-10 relative of the compiled curve (tested).
+  Host-level callers (the sampler answers) use it: one question about a
+  truncated-Poisson run compiled ~12 s of kernels for it."""
+  from jaxdp._src.kernels import host_rdp  # pylint: disable=g-import-not-at-top
+  from jaxdp._src.kernels import rdp_relations  # pylint: disable=g-import-not-at-top
+  from jaxdp._src.kernels import rdp_truncated  # pylint: disable=g-import-not-at-top
+  q, s = float(event.q), float(event.sigma)
+  truncated = (isinstance(event, _events.TruncatedPoissonGaussian)
+               and float(event.capacity) < float(event.dataset_size))
+
+  @np.errstate(all="ignore")
+  def curve(alpha):
+    alpha = np.asarray(alpha, np.float64)
+    plain = host_rdp.per_step_rdp(np.array([q]), np.array([s]), alpha)[0]
+    if not truncated:
+      return plain
+    n, cap = float(event.dataset_size), float(event.capacity)
+    # Neighbours of a dataset of size N have N or N + 1 examples (see above).
+    return np.maximum(rdp_truncated.truncated_poisson_gaussian_host(n, q, cap, s, alpha),
+                      rdp_truncated.truncated_poisson_gaussian_host(n + 1.0, q, cap, s, alpha))
+
+  orders = np.asarray(orders, np.float64)
+  if event.relation == "replace_one":
+    return np.asarray(rdp_relations.replace_one(curve, orders), np.float64)
+  return curve(orders)
 
 
 # --------------------------------------------------------------------------
