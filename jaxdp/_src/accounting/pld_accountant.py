@@ -38,6 +38,7 @@ from jaxdp._src.accounting import accountant as _accountant
 from jaxdp._src import events as _events
 from jaxdp._src.mechanisms import registry as _registry
 from jaxdp._src.pld import kernel as _pld
+from jaxdp._src.accounting import pld_allocation as _pld_allocation
 
 __all__ = ["PLDState", "make_accountant", "epsilon_batch", "delta_batch"]
 
@@ -310,45 +311,6 @@ def _rdp_grid_bound(phases, values, want_epsilon):
   return np.where(np.isnan(out), np.inf, out)
 
 
-def _allocation_bounds(phases, values, want_epsilon, vdi):
-  """(lower, upper) for a state made of balls-in-bins epochs of one
-  configuration (``events.BallsInBinsGaussian``, count = epochs), or None when
-  the state holds other events.
-
-  The certified random-allocation interval of :mod:`jaxdp._src.accounting.allocation_forward`
-  (issue 38), the same function as ``jaxdp.pld.epsilon(sampling.balls_in_bins(N, B,
-  capacity), σ, epochs·k, …)`` with k = N // B: one configuration's epochs
-  compose as a whole run (capacity by the bins coupling), its upper end capped
-  by the sampler's RDP answer as there. Epochs of different
-  configurations, or mixed with other events, have no PLD here yet and raise.
-  """
-  if not phases or not any(isinstance(ev, _events.BallsInBinsGaussian) for ev, _ in phases):
-    return None
-  first = phases[0][0]
-  if not all(_same(ev, first) for ev, _ in phases):
-    raise ValueError(
-        "the PLD accountant composes balls-in-bins epochs of one configuration only (found "
-        f"{[ev for ev, _ in phases]}); use jaxdp.accountant.rdp() for mixed runs.")
-  from jaxdp._src.accounting import allocation_forward as _allocation_forward  # pylint: disable=g-import-not-at-top
-  from jaxdp._src.accounting import sampler_forward as _sampler_forward  # pylint: disable=g-import-not-at-top
-  from jaxdp._src.samplers import sampling as _sampling  # pylint: disable=g-import-not-at-top
-  n, b = int(first.dataset_size), int(first.batch_size)
-  cap = n if first.capacity is None else int(first.capacity)
-  sampler = _sampling.balls_in_bins(n, b, cap)
-  epochs = sum(c for _, c in phases)
-  steps = np.full(values.shape, float(epochs * sampler.steps_per_epoch))
-  sigma = np.full(values.shape, float(first.sigma))
-  kind = "epsilon" if want_epsilon else "delta"
-  lo, up = _allocation_forward.pld_bounds(kind, sampler, sigma, steps, values,
-                                          value_discretization_interval=vdi)
-  # As jaxdp.epsilon(sampler, ..., accountant="pld") answers: the upper end
-  # capped by the sampler's RDP answer (both certified; RDP where the PLD
-  # interval is (0, ∞), e.g. an overflow term above δ).
-  rdp_up = _sampler_forward.sampler_answer(kind, sampler, sigma, steps, values, "rdp", None)
-  from jaxdp._src.pld import fallback as _pld_fallback  # pylint: disable=g-import-not-at-top
-  return _pld_fallback.combine(lo, up, None, rdp_up)
-
-
 def make_accountant(*, value_discretization_interval=None, rtol=1e-3):
   """PLD accountant: ``Accountant(init, compose, epsilon, delta)``.
 
@@ -383,7 +345,8 @@ def make_accountant(*, value_discretization_interval=None, rtol=1e-3):
   def _query(state, value, want_epsilon):
     values = np.asarray(value, np.float64)
     phases = _live_phases(state.phases)
-    alloc = _allocation_bounds(phases, values, want_epsilon, value_discretization_interval)
+    alloc = _pld_allocation.bounds(phases, values, want_epsilon, value_discretization_interval,
+                                   _same)
     if alloc is not None:
       return tuple(np.asarray(a, np.float64).reshape(values.shape) for a in alloc)
     lo, up = _query_many([phases], values.reshape(1, -1), want_epsilon,
