@@ -7,7 +7,10 @@ pair (:class:`TruncatedPoissonPair`, the decomposition behind dp_accounting's
 ``from_truncated_subsampled_gaussian_mechanism``, arXiv:2508.15089) and its
 RDP from Mironov, Talwar & Zhang (2019) sampled-Gaussian moments. The public
 names are re-exported by :mod:`jaxdp.rdp_samplers`, whose docstring states
-the conventions.
+the conventions. The brackets and the mixture are written against an array
+namespace ``xp``: host-level callers (a sampler's ε, its dominating pair, the
+overflow term of the bins coupling) run them in NumPy, nothing compiled
+(:func:`truncated_poisson_gaussian_host`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from jaxdp._src.kernels import rdp
 from jaxdp._src.kernels import rdp_common
 from jaxdp._src.kernels.rdp_wor import _check_common, _dtype_of, _tol
 from jaxdp._src.core import persist
+
 
 def _lse(x, xp):
   return rdp_common.log_sum_exp(x, -1, xp)
