@@ -33,21 +33,65 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 import pytest  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _release_compiled_programs():
-  """Drops JAX's in-memory compiled programs after each test module.
+# vm.max_map_count is 65530 by default; one process holding every compiled
+# program of the suite once crashed inside LLVM ("Cannot allocate memory")
+# about halfway through. Compiled programs are dropped when a worker holds
+# more than this many memory mappings or this much resident memory.
+_MAX_MAPPINGS = 24000
+_MAX_RSS_BYTES = 3 * 2**30
 
-  One pytest process compiles a great many XLA programs; each keeps memory
-  mappings alive, and the process once crashed inside LLVM ("Cannot allocate
-  memory", vm.max_map_count is 65530) about halfway through the suite.  The
-  persistent compilation cache above keeps re-compilation cheap.
-  """
-  yield
+
+def _process_footprint():
+  """(memory mappings, resident bytes) of this process; None where /proc
+  is not available (then programs are dropped after every module)."""
+  try:
+    with open("/proc/self/maps") as f:
+      mappings = sum(1 for _ in f)
+    with open("/proc/self/statm") as f:
+      rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+  except (OSError, ValueError, IndexError):
+    return None
+  return mappings, rss
+
+
+def _drop_compiled_programs():
   jax.clear_caches()
   from jaxdp._src.core import persist
   persist.clear_memory()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+  """Drops JAX's in-memory compiled programs after a test module when the
+  worker's footprint is large (see :data:`_MAX_MAPPINGS`). Keeping them
+  otherwise saves re-tracing, re-lowering and re-loading the same programs
+  in every module (the suite is compile-bound). The sampler-curve memo is
+  cleared after every module."""
+  yield
+  footprint = _process_footprint()
+  if footprint is None or footprint[0] > _MAX_MAPPINGS or footprint[1] > _MAX_RSS_BYTES:
+    _drop_compiled_programs()
   from jaxdp._src.accounting import sampler_forward
   sampler_forward._event_curve.cache_clear()
+
+
+@pytest.fixture
+def cold_programs(monkeypatch):
+  """For tests asserting that nothing is compiled: no program in memory and
+  both persistent caches (JAX's and jaxdp's) off, so that any compiled path
+  taken compiles, whatever ran before."""
+  saved = os.environ.get("JAXDP_CACHE_DIR")
+  _drop_compiled_programs()
+  monkeypatch.setenv("JAXDP_CACHE_DIR", "off")
+  jax.config.update("jax_enable_compilation_cache", False)
+
+  def warm_again():   # the caches back on, for a test's compiled part
+    jax.config.update("jax_enable_compilation_cache", True)
+    if saved is not None:
+      monkeypatch.setenv("JAXDP_CACHE_DIR", saved)
+
+  yield warm_again
+  warm_again()
 
 
 @pytest.fixture(autouse=True)

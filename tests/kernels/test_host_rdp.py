@@ -100,7 +100,7 @@ def test_host_value_is_an_upper_bound_at_its_order(q, sigma, steps, delta):
   assert value[0] <= ref * (1 + 1e-6)
 
 
-def test_first_questions_compile_nothing(monkeypatch):
+def test_first_questions_compile_nothing(monkeypatch, cold_programs):
   """A fresh process's question: no XLA compilation at all (RDP ε, δ, σ)."""
   compiles = []
 
@@ -121,7 +121,7 @@ def test_first_questions_compile_nothing(monkeypatch):
   assert np.isfinite(s) and s > 0
 
 
-def test_small_calibration_rounds_compile_nothing_then_agree(monkeypatch):
+def test_small_calibration_rounds_compile_nothing_then_agree(monkeypatch, cold_programs):
   """Three targets (48 probes a round, beyond the 16-configuration host
   chunk) in a fresh process: the rounds run on the host while its round
   budget lasts, so nothing is compiled (the README's calibration took ~17 s
@@ -144,6 +144,7 @@ def test_small_calibration_rounds_compile_nothing_then_agree(monkeypatch):
     monitoring.unregister_event_duration_listener(listener)
   assert compiles == []
   assert _calibrate_boundary._host_rounds_left[0] < _calibrate_boundary._HOST_ROUNDS
+  cold_programs()   # caches back on for the compiled rounds
   monkeypatch.setattr(_calibrate_boundary, "_host_rounds_left", [0])
   compiled = calibrate.sigma(targets, 1e-5, q, steps)
   np.testing.assert_allclose(on_host, compiled, rtol=1e-9)

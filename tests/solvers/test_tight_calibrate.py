@@ -126,7 +126,7 @@ def test_bad_input_raises_naming_the_argument(kwargs, needle):
     _tight_calibrate.tight_sigma(**args)
 
 
-def test_compiles_nothing():
+def test_compiles_nothing(cold_programs):
   compiles = []
 
   def listener(event, duration, **_):
