@@ -189,3 +189,35 @@ def test_guard_one_step_epsilon_is_a_tight_lower_bound_over_the_domain():
   for i in range(0, q.size, 80):
     exact = float(hr.mp_one_step_epsilon(q[i], s[i], d[i]))
     assert got[i] <= exact * (1 + 1e-12) and got[i] >= exact * (1 - 1e-7), (i, got[i], exact)
+
+
+def test_coarsening_jumps_by_the_overshoot(monkeypatch):
+  """An automatic grid that does not fit grows h by the overshoot in one
+  step (it used to double, discretising and composing in full each time):
+  with the composed window capped at 2^10 points, a 100-step Poisson
+  question needs a coarser grid, reached after one failed attempt. The
+  interval stays certified: it brackets the batched kernel's."""
+  from jaxdp._src.pld import general as _general
+  from jaxdp._src.pld import general_compose as _compose
+  from jaxdp._src.mechanisms.registry import poisson_phases
+  monkeypatch.setattr(_compose, "MAX_WINDOW", 2 ** 10)
+  attempts = []
+  real = _general.compose
+
+  def counting(pmfs, counts, h, *args, **kwargs):
+    try:
+      return real(pmfs, counts, h, *args, **kwargs)
+    except _compose.TooLarge as e:
+      attempts.append((h, e.overshoot))
+      raise
+
+  monkeypatch.setattr(_general, "compose", counting)
+  lo, up = _general.epsilon(poisson_phases(0.01, 1.0, 100), 1e-5, return_bounds=True)
+  assert 1 <= len({h for h, _ in attempts}) <= 2, attempts
+  assert max(o for _, o in attempts) > 4.0       # doubling would have taken >= 3 attempts
+  k_lo, k_up = pld.epsilon(0.01, 1.0, 100, 1e-5, return_bounds=True)
+  assert lo <= k_up and up >= k_lo and up < np.inf
+  # the arithmetic: 1.1 x the overshoot, at least 1.25 x, 2 x where unknown
+  assert _general._coarser(1.0, _compose.TooLarge(8 * 2 ** 10, 2 ** 10)) == pytest.approx(8.8)
+  assert _general._coarser(1.0, _compose.TooLarge(1025, 1024)) == 1.25
+  assert _general._coarser(1.0, _compose.TooLarge()) == 2.0

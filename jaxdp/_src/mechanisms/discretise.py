@@ -82,7 +82,7 @@ def _monotone_cells(pair, hf, zeta, off, side):
   la, lb = (float(v) for v in f(np.array([xa, xb])))
   ja, jb = math.floor((la - off) / hf), math.ceil((lb - off) / hf)
   if jb - ja > _MAX_CELLS:
-    raise _GridTooLarge(jb - ja)
+    raise _GridTooLarge(jb - ja, _MAX_CELLS)
   g = off + np.arange(ja, jb + 1) * hf
   e_lo, e_hi = _bisect_x(f, g, xa, xb, inverse=pair.loss_inverse)
   # Pessimistic cells (lo_{j-1}, lo_j] (l(lo) <= g: content <= g_j); optimistic
@@ -117,7 +117,7 @@ def _discrete_cells(pair, hf, off):
   p, q = p[fin], q[fin]
   loss = np.log(p) - np.log(q)
   if loss.size and (np.ptp(loss) / hf > _MAX_CELLS):
-    raise _GridTooLarge(np.ptp(loss) / hf)
+    raise _GridTooLarge(np.ptp(loss) / hf, _MAX_CELLS)
   j = np.ceil((loss - off) / hf).astype(np.int64)
   u = p * np.exp(-loss)
   tau = 8 * _EPS * float(np.max(np.abs(np.log(p)) + np.abs(np.log(q)), initial=1.0))
@@ -158,7 +158,11 @@ def _cells(pair, hf, zeta, off, side):
 
 
 class _GridTooLarge(Exception):
-  """A one-step grid would exceed the memory budget (the engine coarsens h or raises)."""
+  """A one-step grid would exceed the memory budget (the engine coarsens h or
+  raises): ``args = (cells needed, cap)``."""
+
+  def __str__(self):
+    return str(self.args[0]) if self.args else ""
 
 
 # --------------------------------------------------------------------------

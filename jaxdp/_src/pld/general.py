@@ -131,7 +131,7 @@ def _discretize(pair, h, zeta, cache, optimistic=True):
     try:
       cache[key] = (_pairs.discretize(pair, h, zeta=zeta, optimistic=optimistic), pair)
     except _pairs_discretise._GridTooLarge as e:  # pylint: disable=protected-access
-      raise TooLarge(str(e)) from None
+      raise TooLarge(*e.args) from None
   return cache[key][0]
 
 
@@ -223,7 +223,20 @@ def _run(phases, h, automatic, kappa, fn, focus, sides=(0, 1)):
             f"memory budget ({e} grid points at the coarsest automatic interval, at most "
             f"{_general_compose.MAX_WINDOW}): the privacy loss spans too wide a range "
             "(very small noise or very many steps); use an RDP accountant for this question.") from None
-      h = min(2.0 * h, _H_AUTO_LIMIT)
+      h = min(_coarser(h, e), _H_AUTO_LIMIT)
+
+
+def _coarser(h, err):
+  """The next automatic interval after a grid that did not fit: grids shrink
+  as 1/h, so h grows by the overshoot (points needed / cap) with 10% to
+  spare, by at least 1.25 (doubling where the overshoot is unknown). One
+  step instead of log2(overshoot) doublings, each of which discretised and
+  composed in full (q = 4.7e-6, σ = 0.74, T = 48124, δ at ε = 0: 29.6 ->
+  16.9 s, and a narrower interval). Where grids do scale as 1/h, the h
+  reached is within 10% of the finest that fits (doubling could land up to
+  2x above it); every h gives a certified answer."""
+  over = err.overshoot
+  return h * (max(1.1 * over, 1.25) if over > 1.0 else 2.0)
 
 
 def _prepare(phases, value, name, check, value_discretization_interval, rtol):

@@ -39,7 +39,20 @@ class _Dist(NamedTuple):
 
 
 class TooLarge(Exception):
-  pass
+  """A grid would exceed the memory budget: ``args = (points needed, cap)``
+  (the cap defaults to :data:`MAX_WINDOW`)."""
+
+  @property
+  def overshoot(self) -> float:
+    """points needed / cap (> 1), or 0 where unknown."""
+    try:
+      cap = float(self.args[1]) if len(self.args) > 1 else float(MAX_WINDOW)
+      return float(self.args[0]) / cap
+    except (IndexError, TypeError, ValueError):
+      return 0.0
+
+  def __str__(self):
+    return str(self.args[0]) if self.args else ""
 
 
 # --------------------------------------------------------------------------
@@ -154,7 +167,7 @@ def _conv(a, b, pess, ctx):
   n = a.p.size + b.p.size - 1
   nfft = _next_fast_len(n)
   if nfft > 2 * MAX_WINDOW:
-    raise TooLarge(nfft)
+    raise TooLarge(nfft, 2 * MAX_WINDOW)
   fa = np.fft.rfft(a.p, nfft)
   fb = fa if b is a else np.fft.rfft(b.p, nfft)
   z = np.fft.irfft(fa * fb, nfft)[:n]
@@ -220,7 +233,7 @@ def compose(pmfs, counts, h, kappa, focus, sides=(0, 1)):
   bot, top = ctx.window(cv, 0.0)
   bot, top = max(bot, int(_dot(cv, ctx.lo))), min(top, int(_dot(cv, ctx.hi)))
   if top - bot + 1 > MAX_WINDOW:
-    raise TooLarge(top - bot + 1)
+    raise TooLarge(top - bot + 1, MAX_WINDOW)
   ctx.choose_tilt(cv, max_lam=600.0 / max((top - bot + 1) * h, 1e-300), **focus)
 
   def one(side):   # only the pessimistic side writes to ctx (its cut mass)
