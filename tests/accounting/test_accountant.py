@@ -264,3 +264,39 @@ def test_concrete_sampled_gaussian_composes_on_the_host(monkeypatch, q, sigma):
   ref = np.array([_mp_integer_order_rdp(q, sigma, int(a)) for a in orders])
   assert np.all(got >= ref)
   assert np.all(got <= ref * (1 + 1e-6))
+
+
+@pytest.mark.parametrize("relation", ["add_remove", "replace_one"])
+def test_concrete_truncated_poisson_composes_on_the_host(monkeypatch, relation):
+  """A concrete TruncatedPoissonGaussian (the event of a truncated-Poisson
+  sampler's step) composes with the sampler answers' NumPy curve: no RDP
+  kernel is built (the truncated kernels took ~6 s to build, inside the
+  README's optax step), and the state is the compiled curve rounded up,
+  within 1e-9."""
+  from jaxdp._src.kernels import rdp as rdp_impl  # pylint: disable=g-import-not-at-top
+  from jaxdp._src.kernels import rdp_truncated  # pylint: disable=g-import-not-at-top
+  from jaxdp._src.mechanisms.registry import event_rdp
+
+  def no_kernel(*_):
+    raise AssertionError("a compiled RDP kernel was built")
+
+  orders = np.array([1.5, 2.0, 3.0, 8.0, 32.5, 64.0])
+  ev = E.TruncatedPoissonGaussian(dataset_size=1437, q=64 / 1437, capacity=96, sigma=1.3,
+                                  relation=relation)
+  acc = A.rdp(orders)
+  with monkeypatch.context() as m:
+    for name in ("_static_kernel", "_sampled_gaussian_static"):
+      if hasattr(rdp_impl, name):
+        m.setattr(rdp_impl, name, no_kernel)
+    m.setattr(rdp_truncated, "_truncated_static", no_kernel)
+    m.setattr(rdp_truncated, "_truncated_traced", no_kernel)
+    with jax.enable_x64(True):
+      st = acc.compose(acc.init(), ev, count=1)
+  if relation == "add_remove":
+    with jax.enable_x64(True):
+      ref = np.asarray(event_rdp(ev, orders, jnp.float64), np.float64)
+  else:   # its compiled curve takes ~25 s to build: tests/kernels/test_host_truncated.py, -m slow
+    from jaxdp._src.mechanisms import sampled  # pylint: disable=g-import-not-at-top
+    ref = sampled.host_poisson_rdp(ev, orders)
+  np.testing.assert_allclose(np.asarray(st.rdp, np.float64), ref, rtol=1e-9)
+  assert np.all(np.asarray(st.rdp, np.float64) >= ref * (1 - 1e-15))

@@ -324,6 +324,12 @@ def rdp(orders=None) -> Accountant:
     with jax.ensure_compile_time_eval(), _numerics.x64():
       if isinstance(event, _events.SampledGaussian) and event.relation == "add_remove":
         val = _host_sampled_gaussian(event.q, event.sigma, orders)
+      elif (isinstance(event, (_events.SampledGaussian, _events.TruncatedPoissonGaussian))
+            and all(np.ndim(f) == 0 for f in event)):
+        # Poisson sampling, truncated or replace-one: the sampler answers'
+        # own NumPy curve (the truncated kernels took ~6 s to build).
+        from jaxdp._src.mechanisms import sampled as _sampled  # pylint: disable=g-import-not-at-top
+        val = _sampled.host_poisson_rdp(event, orders)
       else:
         val = per_event_rdp(event, np.float64)
       val = np.asarray(val, np.float64)
