@@ -44,7 +44,7 @@ import numpy as np
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.kernels.rdp_binomial import (log_a_minus_1_binomial,
                                              log_a_minus_1_binomial_elementwise)
-from jaxdp._src.kernels.rdp_common import result_float_dtype, safety_factor
+from jaxdp._src.kernels.rdp_common import gaussian_rdp, result_float_dtype, safety_factor
 from jaxdp._src.kernels.rdp_convert import (to_delta, to_delta_refined, to_epsilon,
                                             to_epsilon_refined)
 from jaxdp._src.kernels.rdp_quadrature import (NODES_PER_WINDOW, quadrature_log1p,
@@ -359,7 +359,7 @@ def gaussian(sigma, alpha):
   sigma = jnp.asarray(sigma)
   alpha = jnp.asarray(alpha)
   dtype = result_float_dtype(sigma, alpha)
-  return (alpha.astype(dtype) / (2.0 * sigma.astype(dtype) ** 2)) * safety_factor(dtype)
+  return gaussian_rdp(sigma.astype(dtype), alpha.astype(dtype), dtype)
 
 
 def sampled_gaussian_bound(q, sigma, alpha):

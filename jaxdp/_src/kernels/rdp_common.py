@@ -21,6 +21,13 @@ def safety_factor(dtype) -> float:
   return 1.0 + max(_SAFETY_ULPS * float(jnp.finfo(dtype).eps), 4e-12)
 
 
+def gaussian_rdp(sigma, alpha, dtype):
+  """α/(2σ²) rounded up by :func:`safety_factor` (Mironov 2017, Prop. 7), on
+  arrays of ``dtype`` of either namespace: :func:`jaxdp.rdp.gaussian` and
+  the truncated-Poisson cap share it."""
+  return (alpha / (2.0 * sigma ** 2)) * safety_factor(dtype)
+
+
 def result_float_dtype(*xs):
   """The inputs' result dtype (``jnp.result_type``: Python scalars weakly
   typed) if floating, else the default float. Unlike

@@ -384,26 +384,28 @@ def _mix(logs, eps1, eps2, q, cap, sigma, a, xp):
     out = xp.where(xp.isinf(eps1) | xp.isinf(eps2), xp.inf, out)
     out = xp.maximum(out, 0.0) * rdp_common.safety_factor(dtype)
     # Never worse than one unsubsampled step of sensitivity 2 (joint convexity).
-    gauss = (a / (2.0 * (sigma / 2.0) ** 2)) * rdp_common.safety_factor(dtype)  # rdp.gaussian
-    out = xp.minimum(out, gauss)
+    out = xp.minimum(out, rdp_common.gaussian_rdp(sigma / 2.0, a, dtype))
     out = xp.where((q <= 0.0) | (cap <= 0.0), 0.0, out)
     return xp.where(a > 1.0, out, xp.nan).astype(dtype)
 
 
-def truncated_poisson_gaussian_host(dataset_size, q, capacity, sigma, orders):
+def truncated_poisson_gaussian_host(dataset_size, q, capacity, sigma, orders, plain=None):
   """:func:`truncated_poisson_gaussian` of one configuration (Python scalars)
   at the 1-D float64 ``orders``, in NumPy: the same formulas (the binomial-tail
   brackets, the two blocks' sampled-Gaussian RDP by
   :func:`jaxdp._src.kernels.host_rdp.per_step_rdp`, each block with its own
   quadrature nodes, and the same mixture and rounding), nothing compiled.
-  Agrees with the compiled kernel to ~1e-10 relative (tested)."""
+  Agrees with the compiled kernel to ~1e-10 relative (tested). ``plain``:
+  the block-0 curve ``per_step_rdp(q, σ, orders)`` if the caller has it
+  already (it does not depend on N)."""
   from jaxdp._src.kernels import host_rdp  # pylint: disable=g-import-not-at-top
   f = lambda v: np.asarray(v, np.float64).reshape(1)
   n, q, cap, sigma = (f(v) for v in (dataset_size, q, capacity, sigma))
   orders = np.asarray(orders, np.float64)
   with np.errstate(all="ignore"):
     log_t_lo, log_t_hi, log_u_lo, log_u_hi, q_prime = _truncation_parameters(n, q, cap, np)
-  eps1 = host_rdp.per_step_rdp(q, sigma, orders)
+  eps1 = (host_rdp.per_step_rdp(q, sigma, orders) if plain is None
+          else np.asarray(plain, np.float64).reshape(1, -1))
   eps2 = host_rdp.per_step_rdp(np.asarray(q_prime, np.float64).reshape(1), sigma / 2.0, orders)
   col = lambda v: np.asarray(v, np.float64).reshape(1, 1)
   logs = tuple(col(v) for v in (log_t_lo, log_t_hi, log_u_lo, log_u_hi))

@@ -224,8 +224,8 @@ def host_poisson_rdp(event, orders):
       return plain
     n, cap = float(event.dataset_size), float(event.capacity)
     # Neighbours of a dataset of size N have N or N + 1 examples (see above).
-    return np.maximum(rdp_truncated.truncated_poisson_gaussian_host(n, q, cap, s, alpha),
-                      rdp_truncated.truncated_poisson_gaussian_host(n + 1.0, q, cap, s, alpha))
+    return np.maximum(*(rdp_truncated.truncated_poisson_gaussian_host(m, q, cap, s, alpha, plain)
+                        for m in (n, n + 1.0)))
 
   orders = np.asarray(orders, np.float64)
   if event.relation == "replace_one":
