@@ -6,6 +6,11 @@ separately, then the median of repetitions); the anchors run per configuration.
 
   python benchmarks/pld.py [--quick]
 
+Also: 4 new mixed configurations after one warm-up (issue 15) and the broad
+batch of issue 37 (32 configurations, q 1e-4–0.3, σ 0.5–10, T 10–1e5; the
+public ``jaxdp.epsilon(accountant="pld")``, alternated with dp_accounting on 8
+of them; the median ratio).
+
 Writes benchmarks/results/pld.json.
 """
 
@@ -21,6 +26,7 @@ import warnings
 import jax
 import numpy as np
 
+import jaxdp
 from jaxdp import pld
 
 
@@ -86,6 +92,51 @@ def new_configs_figures():
   return dict(jaxdp_s=t_jax, dp_accounting_s=t_dpa, speed_ratio=t_dpa / t_jax, max_rel_diff=rel)
 
 
+# Issue 37: a broader batch than configs() (q 1e-4–0.3 log-uniform, σ 0.5–10,
+# T 10–1e5 log-uniform; seed 0, as benchmarks/pld_memory.py draws it).
+BROAD_N, BROAD_ANCHOR = 32, 8
+
+
+def broad_configs(n=BROAD_N, seed=0):
+  rng = np.random.default_rng(seed)
+  q = 10 ** rng.uniform(-4, np.log10(0.3), n)
+  s = rng.uniform(0.5, 10, n)
+  t = np.round(10 ** rng.uniform(1, 5, n))
+  return q, s, t, np.full(n, 1e-5)
+
+
+def broad_figures(runs):
+  """Tight ε on the broad batch: jaxdp's warm batch of 32 against
+  dp_accounting on 8 of the same configurations (every 4th), alternated
+  ``runs`` times; the ratio of each run (per configuration) and their median."""
+  q, s, t, d = broad_configs()
+  jaxdp.epsilon(q, s, t, d, accountant="pld")   # compile / warm-up
+  sample = np.arange(0, BROAD_N, BROAD_N // BROAD_ANCHOR)
+  ratios, t_jax_runs, t_dpa_runs = [], [], []
+  for _ in range(runs):
+    t0 = time.perf_counter()
+    up = jaxdp.epsilon(q, s, t, d, accountant="pld")
+    t_jax = (time.perf_counter() - t0) / BROAD_N
+    t0 = time.perf_counter()
+    ref = np.array([dp_accounting_eps(q[i], s[i], t[i], d[i]) for i in sample])
+    t_dpa = (time.perf_counter() - t0) / sample.size
+    ratios.append(t_dpa / t_jax)
+    t_jax_runs.append(t_jax)
+    t_dpa_runs.append(t_dpa)
+  rel = float(np.max(np.abs(np.asarray(up)[sample] / ref - 1)))
+  fig = dict(n=BROAD_N, n_anchor=int(sample.size), runs=runs,
+             jaxdp_per_config_s=t_jax_runs, dp_accounting_per_config_s=t_dpa_runs,
+             speed_ratios=ratios, speed_ratio_median=statistics.median(ratios),
+             max_rel_diff_dp_accounting=rel,
+             jaxdp_above_dp_accounting=int(np.sum(np.asarray(up)[sample] > ref)))
+  print(f"broad batch of {BROAD_N} (q 1e-4-0.3, sigma 0.5-10, T 10-1e5): jaxdp "
+        f"{statistics.median(t_jax_runs) * 1e3:.1f} ms/config, dp_accounting "
+        f"{statistics.median(t_dpa_runs) * 1e3:.0f} ms/config ({sample.size} of them); ratios "
+        + ", ".join(f"{r:.0f}x" for r in ratios) + f" -> median {fig['speed_ratio_median']:.0f}x; "
+        f"max rel diff {rel:.1e}")
+  return fig
+
+
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--quick", action="store_true")
@@ -95,6 +146,7 @@ def main():
 
   new = new_configs_figures()   # first: nothing else compiled yet
   lo, up, first, t_jax = time_jaxdp(cfg, reps)
+  broad = broad_figures(3 if args.quick else 5)
 
   rows = []
   t_dpa = 0.0
@@ -147,7 +199,8 @@ def main():
       dp_accounting_per_config_s=per_cfg_dpa, prv_per_config_s=per_cfg_prv,
       speed_ratio_vs_dp_accounting=per_cfg_dpa / per_cfg_jax,
       speed_ratio_vs_prv=per_cfg_prv / per_cfg_jax,
-      max_rel_diff_dp_accounting=max(rel), new_configs_after_warm_up=new, rows=rows)
+      max_rel_diff_dp_accounting=max(rel), new_configs_after_warm_up=new, broad_batch=broad,
+      rows=rows)
   os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
   with open(os.path.join(os.path.dirname(__file__), "results", "pld.json"), "w") as f:
     json.dump(result, f, indent=1)

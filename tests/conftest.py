@@ -85,3 +85,37 @@ def _fresh_host_questions():
   from jaxdp._src.solvers import boundary_eval as _boundary_eval
   _boundary_eval._host_rounds_left[0] = _boundary_eval._HOST_ROUNDS
   yield
+
+
+# Opt-in compile report (issue 37: the suite is compile-bound): with
+# JAXDP_TEST_COMPILE_LOG=DIR, every worker writes DIR/compile-<worker>.json,
+# the seconds XLA spent compiling (backend compilation, lowering and tracing)
+# during each test and the number of backend compilations.
+_COMPILE_LOG = os.environ.get("JAXDP_TEST_COMPILE_LOG")
+_compile_seconds = {}
+_current_test = ["<collection>"]
+
+if _COMPILE_LOG:
+  import jax.monitoring  # noqa: E402
+
+  def _on_duration(event, duration, **_):
+    if event.startswith("/jax/core/compile/") or event.startswith("/jax/compilation_cache/"):
+      row = _compile_seconds.setdefault(_current_test[0], {})
+      row[event] = row.get(event, 0.0) + duration
+      if event == "/jax/core/compile/backend_compile_duration":
+        row["compilations"] = row.get("compilations", 0) + 1
+
+  jax.monitoring.register_event_duration_secs_listener(_on_duration)
+
+  @pytest.hookimpl(hookwrapper=True)
+  def pytest_runtest_protocol(item, nextitem):  # pylint: disable=unused-argument
+    _current_test[0] = item.nodeid
+    yield
+    _current_test[0] = "<between tests>"
+
+  def pytest_sessionfinish(session):  # pylint: disable=unused-argument
+    import json  # pylint: disable=g-import-not-at-top
+    os.makedirs(_COMPILE_LOG, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(os.path.join(_COMPILE_LOG, f"compile-{worker}.json"), "w") as f:
+      json.dump(_compile_seconds, f, indent=0)
