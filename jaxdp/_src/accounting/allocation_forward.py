@@ -144,7 +144,7 @@ def _phases(sigma, k, steps, eta, method="cx", zeta=None):
   else:
     size, cap = _allocation.law_size(sigma, k, eta), _MAX_ATOMS
   if size > cap:
-    raise TooLarge(size)
+    raise TooLarge(size, cap)
   cache = {}
   if method == "cx":
     make = lambda mm: _allocation_cx.epoch_pairs(sigma, k, mm, eta, _CX_LOW_RATIO * eta, cache, zeta)

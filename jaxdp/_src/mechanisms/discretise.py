@@ -159,10 +159,8 @@ def _cells(pair, hf, zeta, off, side):
 
 class _GridTooLarge(Exception):
   """A one-step grid would exceed the memory budget (the engine coarsens h or
-  raises): ``args = (cells needed, cap)``."""
-
-  def __str__(self):
-    return str(self.args[0]) if self.args else ""
+  raises): ``args = (cells needed, cap)``; the general engine re-raises it
+  as its ``TooLarge`` with the same arguments."""
 
 
 # --------------------------------------------------------------------------

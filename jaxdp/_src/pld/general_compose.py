@@ -39,17 +39,12 @@ class _Dist(NamedTuple):
 
 
 class TooLarge(Exception):
-  """A grid would exceed the memory budget: ``args = (points needed, cap)``
-  (the cap defaults to :data:`MAX_WINDOW`)."""
+  """A grid would exceed the memory budget: ``args = (points needed, cap)``."""
 
   @property
   def overshoot(self) -> float:
-    """points needed / cap (> 1), or 0 where unknown."""
-    try:
-      cap = float(self.args[1]) if len(self.args) > 1 else float(MAX_WINDOW)
-      return float(self.args[0]) / cap
-    except (IndexError, TypeError, ValueError):
-      return 0.0
+    """points needed / cap (> 1), or 0 where unknown (no arguments)."""
+    return float(self.args[0]) / float(self.args[1]) if len(self.args) == 2 else 0.0
 
   def __str__(self):
     return str(self.args[0]) if self.args else ""
