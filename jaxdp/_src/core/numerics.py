@@ -54,6 +54,12 @@ def x64():
     yield
 
 
+def cpu_cores() -> int:
+  """The CPU's cores when JAX computes on the CPU (:func:`thread_map` runs
+  JAX work on them side by side), else 0 (an accelerator queues it)."""
+  return (os.cpu_count() or 1) if jax.default_backend() == "cpu" else 0
+
+
 def thread_map(fn: Callable, items, max_workers: int = 4, *, jax_work: bool = True) -> list:
   """``[fn(x) for x in items]``, on a few threads when there are several items.
 
