@@ -85,6 +85,37 @@ def test_host_equals_compiled_exhaustive(kind):
          _compiled(kind, q, sigma, steps, x), 1e-12)
 
 
+def _host_every_order(kind, q, sigma, steps, x, nodes):
+  """The host path evaluating every default order (the grid minimum by brute
+  force, then the same refinement): what the host path computed before it
+  took the order search."""
+  from jaxdp._src.kernels import continuous_order, rdp_convert
+  orders = rdp_impl.DEFAULT_ORDERS
+  with np.errstate(all="ignore"):
+    total = steps[:, None] * _host_rdp.grid_rdp(q, sigma, orders, nodes)
+    if kind == "epsilon":
+      grid = rdp_convert.to_epsilon_xp(total, orders, x, "improved", np)[0]
+      per_order = rdp_convert.epsilon_per_order(total, orders, x, "improved", np)[0]
+    else:
+      grid = rdp_convert.to_delta_xp(total, orders, x, np)
+      per_order = rdp_convert.log_delta_per_order(total, orders, x, np)[0]
+    best = np.argmin(per_order, axis=1)
+    return continuous_order.refine(kind, "improved", nodes, grid, orders, best, q, sigma,
+                                   steps, x, xp=np)
+
+
+@pytest.mark.parametrize("kind", ["epsilon", "delta"])
+def test_host_search_equals_every_order_bitwise(kind):
+  """Skipping the orders that cannot win changes no value, at either node count."""
+  q, sigma, steps, delta, eps = _domain(60, seed=3)
+  x = delta if kind == "epsilon" else eps
+  for nodes, sel in ((64, np.ones(q.size, bool)), (40, sigma >= 0.5)):
+    args = [a[sel] for a in (q, sigma, steps, x)]
+    np.testing.assert_array_equal(
+        _host_rdp.minimum_over_all_orders(kind, "improved", *args, nodes),
+        _host_every_order(kind, *args, nodes))
+
+
 @pytest.mark.parametrize("q,sigma,steps,delta", [
     (0.0042667, 1.1, 14062, 1e-5), (0.01, 0.4, 1000, 1e-6), (1e-4, 4.0, 1e6, 1e-10),
     (0.2, 0.25, 50, 1e-3)])

@@ -102,7 +102,11 @@ def minimum_over_all_orders(kind, method, q, sigma, steps, x, nodes, with_order=
 
   What :func:`jaxdp._src.kernels.rdp_driver.run_chunked` computes with ``orders=None`` (grid
   minimum over ``DEFAULT_ORDERS``, then the golden-section refinement), in
-  NumPy.
+  NumPy. The grid minimum takes the compiled path's order search
+  (:mod:`jaxdp._src.kernels.order_search`): the integer orders ≤ 64, then only
+  the orders whose certified bounds can still win (~3 of the 116 others),
+  evaluated as :func:`grid_rdp` evaluates them, so the minimum and its order
+  are those of the whole grid (~3× faster than evaluating every order).
 
   Args:
     kind: "epsilon" or "delta".
@@ -114,18 +118,33 @@ def minimum_over_all_orders(kind, method, q, sigma, steps, x, nodes, with_order=
   Returns:
     The value per configuration (and the order), float64 NumPy.
   """
-  orders = rdp.DEFAULT_ORDERS
+  pl = _order_search.plan(None)
+  orders = pl.orders
+  key = tuple(float(o) for o in orders)
   with np.errstate(all="ignore"):
-    total = steps[:, None] * grid_rdp(q, sigma, orders, nodes)
-    if kind == "epsilon":
-      grid_value = rdp_convert.to_epsilon_xp(total, orders, x, method, np)[0]
-      per_order = rdp_convert.epsilon_per_order(total, orders, x, method, np)[0]
-    else:
-      grid_value = rdp_convert.to_delta_xp(total, orders, x, np)
-      per_order = rdp_convert.log_delta_per_order(total, orders, x, np)[0]
-    best = np.argmin(per_order, axis=1)
+    table = _order_search.search_table(
+        pl, q.size, lambda: _rdp_at(q, sigma, orders[pl.base], nodes, False),
+        lambda table, known: _order_search.candidates(
+            table, known, q, sigma, steps, x, orders=key, kind=kind, method=method, xp=np),
+        lambda rows, cols: _pairs_rdp(q[rows], sigma[rows], orders[cols], nodes))
+    grid_value, best = _order_search.minimum(table, steps, x, orders=key, kind=kind,
+                                             method=method, xp=np)
     return _continuous_order.refine(kind, method, nodes, grid_value, orders, best, q, sigma,
                                     steps, x, with_order=with_order, xp=np)
+
+
+def _pairs_rdp(q, sigma, alpha, nodes):
+  """Per-step RDP at one order per configuration (flat (k,) arrays), each
+  computed as :func:`grid_rdp` computes that order for that σ."""
+  out = np.empty(q.size)
+  exact = rdp._exact_orders(alpha)
+  quad = ~exact | ((alpha > _order_search._BASE_MAX) & (sigma >= 0.3))
+  if np.any(quad):
+    out[quad] = rdp.quadrature_rdp(q[quad], sigma[quad], alpha[quad], nodes, np)
+  for order in np.unique(alpha[~quad]):   # a few large integer orders at σ < 0.3
+    sel = ~quad & (alpha == order)
+    out[sel] = _rdp_at(q[sel], sigma[sel], np.array([order]), nodes, False)[:, 0]
+  return out
 
 
 # Orders of :func:`small_order_ceiling`: the integer default orders whose

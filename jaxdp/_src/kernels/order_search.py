@@ -109,18 +109,19 @@ def plan(orders_key: Optional[tuple]) -> Optional[_Plan]:
   return _Plan(orders, np.nonzero(base_mask)[0], bucket_of, tuple(buckets))
 
 
-def _objective(total_rdp, orders, x, kind, method):
+def _objective(total_rdp, orders, x, kind, method, xp=jnp):
   """Per-order ε (kind "epsilon") or log δ (kind "delta"); monotone in rdp."""
   if kind == "epsilon":
-    return rdp_convert.epsilon_per_order(total_rdp, orders, x, method)[0]
-  return rdp_convert.log_delta_per_order(total_rdp, orders, x)[0]
+    return rdp_convert.epsilon_per_order(total_rdp, orders, x, method, xp)[0]
+  return rdp_convert.log_delta_per_order(total_rdp, orders, x, xp)[0]
 
 
-def _neighbours(known):
+def _neighbours(known, xp=jnp):
   """Nearest evaluated orders around every order, in the α = 1 + orders + sentinel layout.
 
   Args:
     known: (N, m) mask of evaluated orders.
+    xp: ``jnp`` (traced) or ``numpy`` (the host path, :mod:`jaxdp._src.kernels.host_rdp`).
 
   Returns:
     ``(l1, l2, r1, r2)``, int32 (N, m + 2): the last and second-last evaluated
@@ -128,20 +129,26 @@ def _neighbours(known):
     evaluated) and the first and second strictly right (m + 1: none).
   """
   n, m = known.shape
-  kp = jnp.concatenate([jnp.ones((n, 1), bool), known, jnp.zeros((n, 1), bool)], axis=1)
-  idx = jnp.arange(m + 2, dtype=jnp.int32)
-  sentinel = jnp.int32(m + 1)
-  # int32 associative scans: several times faster on CPU than lax.cummax.
-  left = jax.lax.associative_scan(jnp.maximum, jnp.where(kp, idx, jnp.int32(-1)), axis=1)
-  l1 = jnp.concatenate([jnp.full((n, 1), -1, jnp.int32), left[:, :-1]], axis=1)
-  right = jax.lax.associative_scan(jnp.minimum, jnp.where(kp, idx, sentinel), axis=1, reverse=True)
-  r1 = jnp.concatenate([right[:, 1:], jnp.full((n, 1), sentinel, jnp.int32)], axis=1)
-  l2 = jnp.where(l1 >= 0, jnp.take_along_axis(l1, jnp.maximum(l1, 0), axis=1), -1)
-  r2 = jnp.where(r1 < sentinel, jnp.take_along_axis(r1, jnp.minimum(r1, sentinel), axis=1), sentinel)
+  i32 = xp.int32
+  kp = xp.concatenate([xp.ones((n, 1), bool), known, xp.zeros((n, 1), bool)], axis=1)
+  idx = xp.arange(m + 2, dtype=i32)
+  sentinel = i32(m + 1)
+  if xp is jnp:
+    # int32 associative scans: several times faster on CPU than lax.cummax.
+    left = jax.lax.associative_scan(jnp.maximum, jnp.where(kp, idx, i32(-1)), axis=1)
+    right = jax.lax.associative_scan(jnp.minimum, jnp.where(kp, idx, sentinel), axis=1,
+                                     reverse=True)
+  else:
+    left = np.maximum.accumulate(np.where(kp, idx, i32(-1)), axis=1)
+    right = np.minimum.accumulate(np.where(kp, idx, sentinel)[:, ::-1], axis=1)[:, ::-1]
+  l1 = xp.concatenate([xp.full((n, 1), -1, i32), left[:, :-1]], axis=1)
+  r1 = xp.concatenate([right[:, 1:], xp.full((n, 1), sentinel, i32)], axis=1)
+  l2 = xp.where(l1 >= 0, xp.take_along_axis(l1, xp.maximum(l1, 0), axis=1), -1)
+  r2 = xp.where(r1 < sentinel, xp.take_along_axis(r1, xp.minimum(r1, sentinel), axis=1), sentinel)
   return l1, l2, r1, r2
 
 
-def _bounds(table, known, q, sigma, orders):
+def _bounds(table, known, q, sigma, orders, xp=jnp):
   """Certified per-step RDP interval [lo, hi] at every order (module docstring).
 
   Args:
@@ -149,6 +156,7 @@ def _bounds(table, known, q, sigma, orders):
     known: (N, m) mask of evaluated orders.
     q, sigma: (N,) sampling rates and noise multipliers.
     orders: sorted tuple of the m orders.
+    xp: ``jnp`` (traced) or ``numpy`` (the host path).
 
   Returns:
     ``(lo, hi)``, each (N, m); equal to ``table`` where known, hi = +inf
@@ -156,68 +164,81 @@ def _bounds(table, known, q, sigma, orders):
   """
   n, m = table.shape
   dtype = table.dtype
-  a = jnp.asarray(orders, dtype)
+  a = xp.asarray(orders, dtype)
   big = 2.0 * a[-1] + 1.0
   # Column 0 is α = 1 (f = 0, known); column m + 1 a sentinel for gathers.
-  grid = jnp.concatenate([jnp.ones((1,), dtype), a, jnp.full((1,), big, dtype)])
-  f = jnp.where(known, table * (a - 1.0), 0.0)
-  fp = jnp.concatenate([jnp.zeros((n, 1), dtype), f, jnp.zeros((n, 1), dtype)], axis=1)
+  grid = xp.concatenate([xp.ones((1,), dtype), a, xp.full((1,), big, dtype)])
+  f = xp.where(known, table * (a - 1.0), 0.0)
+  fp = xp.concatenate([xp.zeros((n, 1), dtype), f, xp.zeros((n, 1), dtype)], axis=1)
   sentinel = m + 1
-  l1, l2, r1, r2 = _neighbours(known)
-  take = lambda i: jnp.take_along_axis(fp, jnp.clip(i, 0, sentinel), axis=1)
-  at = lambda i: grid[jnp.clip(i, 0, sentinel)]
+  l1, l2, r1, r2 = _neighbours(known, xp)
+  take = lambda i: xp.take_along_axis(fp, xp.clip(i, 0, sentinel), axis=1)
+  at = lambda i: grid[xp.clip(i, 0, sentinel)]
   f_l1, f_l2, f_r1, f_r2 = take(l1), take(l2), take(r1), take(r2)
   a_l1, a_l2, a_r1, a_r2 = at(l1), at(l2), at(r1), at(r2)
-  safe = lambda d: jnp.where(d > 0, d, 1.0)
+  safe = lambda d: xp.where(d > 0, d, 1.0)
   has_l2, has_r1, has_r2 = l2 >= 0, r1 < sentinel, r2 < sentinel
   lo = f_l1
-  lo = jnp.where(has_l2, jnp.maximum(lo, f_l1 + (grid - a_l1) * (f_l1 - f_l2) / safe(a_l1 - a_l2)), lo)
-  lo = jnp.where(has_r2, jnp.maximum(lo, f_r1 + (grid - a_r1) * (f_r2 - f_r1) / safe(a_r2 - a_r1)), lo)
-  hi = jnp.where(has_r1, f_l1 + (grid - a_l1) * (f_r1 - f_l1) / safe(a_r1 - a_l1), jnp.inf)
+  lo = xp.where(has_l2, xp.maximum(lo, f_l1 + (grid - a_l1) * (f_l1 - f_l2) / safe(a_l1 - a_l2)), lo)
+  lo = xp.where(has_r2, xp.maximum(lo, f_r1 + (grid - a_r1) * (f_r2 - f_r1) / safe(a_r2 - a_r1)), lo)
+  hi = xp.where(has_r1, f_l1 + (grid - a_l1) * (f_r1 - f_l1) / safe(a_r1 - a_l1), xp.inf)
   beta = safe(grid - 1.0)
   rdp_lo = lo / beta
-  rdp_lo = jnp.where(l1 >= 1, jnp.maximum(rdp_lo, f_l1 / safe(a_l1 - 1.0)), rdp_lo)
+  rdp_lo = xp.where(l1 >= 1, xp.maximum(rdp_lo, f_l1 / safe(a_l1 - 1.0)), rdp_lo)
   rdp_hi = hi / beta
-  rdp_hi = jnp.where(has_r1, jnp.minimum(rdp_hi, f_r1 / safe(a_r1 - 1.0)), rdp_hi)
+  rdp_hi = xp.where(has_r1, xp.minimum(rdp_hi, f_r1 / safe(a_r1 - 1.0)), rdp_hi)
   rdp_lo, rdp_hi = rdp_lo[:, 1:m + 1], rdp_hi[:, 1:m + 1]
   # Every order: D_α ≥ D_1 = KL ≥ 2·TV² (Pinsker), TV = q·(2Φ(1/(2σ)) - 1) the
   # total variation between the mixture and N(0, σ²). Needed near α = 1, where
   # the bounds above reach 0 and the conversion's KL branch would then accept
   # every order as a candidate.
-  tv = q * jax.scipy.special.erf(1.0 / (2.0 * math.sqrt(2.0) * sigma))
-  rdp_lo = jnp.maximum(rdp_lo, (2.0 * tv * tv)[:, None])
-  slack = jnp.where(sigma >= 0.3, _SLACK, _SLACK_SMALL_SIGMA)[:, None]
-  rdp_lo = jnp.where(known, table, jnp.maximum(rdp_lo, 0.0) * (1.0 - slack))
-  rdp_hi = jnp.where(known, table, rdp_hi)
+  tv = q * _erf(xp)(1.0 / (2.0 * math.sqrt(2.0) * sigma))
+  rdp_lo = xp.maximum(rdp_lo, (2.0 * tv * tv)[:, None])
+  slack = xp.where(sigma >= 0.3, _SLACK, _SLACK_SMALL_SIGMA)[:, None]
+  rdp_lo = xp.where(known, table, xp.maximum(rdp_lo, 0.0) * (1.0 - slack))
+  rdp_hi = xp.where(known, table, rdp_hi)
   return rdp_lo, rdp_hi
+
+
+def _erf(xp):
+  if xp is jnp:
+    return jax.scipy.special.erf
+  from scipy import special  # pylint: disable=g-import-not-at-top
+  return special.erf
 
 
 @functools.partial(persist.jit, static_argnames=("orders", "kind", "method"))
 def _candidates(table, known, q, sigma, steps, x, *, orders, kind, method):
+  """Jitted :func:`candidates` (``jnp``)."""
+  return candidates(table, known, q, sigma, steps, x, orders=orders, kind=kind, method=method)
+
+
+def candidates(table, known, q, sigma, steps, x, *, orders, kind, method, xp=jnp):
   """Orders that may still be the minimiser, and the most promising of them.
 
   Args:
     table, known, q, sigma, orders: as in :func:`_bounds`.
     steps, x: (N,) step counts and δ (kind "epsilon") or ε (kind "delta").
+    xp: ``jnp`` (traced, :func:`_candidates`) or ``numpy`` (the host path).
 
   Returns:
     ``(candidates, score, beyond)``: (N, m) masks of the candidates and of
     those beyond the largest evaluated order, and the candidates' lower
     bounds on the objective (+inf elsewhere), for :func:`_probes`.
   """
-  rdp_lo, rdp_hi = _bounds(table, known, q, sigma, orders)
-  a = jnp.asarray(orders, table.dtype)
+  rdp_lo, rdp_hi = _bounds(table, known, q, sigma, orders, xp)
+  a = xp.asarray(orders, table.dtype)
   t = steps[:, None]
-  obj_lo = _objective(t * rdp_lo, a, x, kind, method)
-  obj_hi = _objective(t * rdp_hi, a, x, kind, method)
-  thr = jnp.min(obj_hi, axis=1, keepdims=True)
-  thr = thr + 1e-12 * jnp.abs(thr)
+  obj_lo = _objective(t * rdp_lo, a, x, kind, method, xp)
+  obj_hi = _objective(t * rdp_hi, a, x, kind, method, xp)
+  thr = xp.min(obj_hi, axis=1, keepdims=True)
+  thr = thr + 1e-12 * xp.abs(thr)
   cand = ~known & (obj_lo <= thr)
   if kind == "epsilon":  # ε is floored at 0: once an evaluated order reaches 0, done.
-    best_known = jnp.min(jnp.where(known, obj_hi, jnp.inf), axis=1, keepdims=True)
+    best_known = xp.min(xp.where(known, obj_hi, xp.inf), axis=1, keepdims=True)
     cand = cand & (best_known > 0)
-  score = jnp.where(cand, obj_lo, jnp.inf)
-  beyond = cand & jnp.isinf(rdp_hi)
+  score = xp.where(cand, obj_lo, xp.inf)
+  beyond = cand & xp.isinf(rdp_hi)
   return cand, score, beyond
 
 
@@ -240,14 +261,19 @@ def _probes(cand, score, beyond):
 
 @functools.partial(persist.jit, static_argnames=("orders", "kind", "method"))
 def _minimum(table, steps, x, *, orders, kind, method):
+  """Jitted :func:`minimum` (``jnp``)."""
+  return minimum(table, steps, x, orders=orders, kind=kind, method=method)
+
+
+def minimum(table, steps, x, *, orders, kind, method, xp=jnp):
   """min over evaluated orders (unevaluated entries are +inf), and the index
-  of the order attaining it."""
+  of the order attaining it (``xp``: ``jnp`` or ``numpy``, the host path)."""
   total = steps[:, None] * table
-  orders = jnp.asarray(orders, table.dtype)
-  best = jnp.argmin(_objective(total, orders, x, kind, method), axis=1)
+  orders = xp.asarray(orders, table.dtype)
+  best = xp.argmin(_objective(total, orders, x, kind, method, xp), axis=1)
   if kind == "epsilon":
-    return rdp.to_epsilon(total, orders, x, method)[0], best
-  return rdp.to_delta(total, orders, x), best
+    return rdp_convert.to_epsilon_xp(total, orders, x, method, xp)[0], best
+  return rdp_convert.to_delta_xp(total, orders, x, xp), best
 
 
 @functools.partial(persist.jit, static_argnames=("orders",))
@@ -311,19 +337,40 @@ def search(kind, pl: _Plan, method, nodes, q, sigma, steps, x, *, with_index=Fal
   Must run under float64 (``nx.x64()``). Returns a NumPy array like ``q``
   (and, with ``with_index``, the index into ``pl.orders`` of the best order).
   """
-  n = q.size
-  m = pl.orders.size
-  key = tuple(float(o) for o in pl.orders)
-  table = np.full((n, m), np.inf)
-  known = np.zeros((n, m), bool)
   base_orders = tuple(float(o) for o in pl.orders[pl.base])
   base_kernel = rdp._static_kernel((len(base_orders),), base_orders, nodes)   # cached
-  table[:, pl.base] = np.asarray(base_kernel(q[:, None], sigma[:, None]))
-  known[:, pl.base] = True
+  key = tuple(float(o) for o in pl.orders)
   args = tuple(jnp.asarray(v) for v in (q, sigma, steps, x))
+  table = search_table(
+      pl, q.size, lambda: np.asarray(base_kernel(q[:, None], sigma[:, None])),
+      lambda table, known: _candidates(jnp.asarray(table), jnp.asarray(known), *args,
+                                       orders=key, kind=kind, method=method),
+      lambda rows, cols: _evaluate(pl, q[rows], sigma[rows], cols, nodes))
+  value, best = _minimum(jnp.asarray(table), *args[2:], orders=key, kind=kind, method=method)
+  value = np.asarray(value)
+  return (value, np.asarray(best)) if with_index else value
+
+
+def search_table(pl: _Plan, n, base, find_candidates, evaluate):
+  """The per-step RDP table of the search: the base orders, then rounds of
+  candidates (module docstring); +inf at the orders never evaluated.
+
+  Args:
+    pl: the plan; n: the number of configurations.
+    base: ``() -> (n, len(pl.base))`` per-step RDP at the base orders.
+    find_candidates: ``(table, known) ->`` :func:`candidates`'s triple.
+    evaluate: ``(rows, cols) ->`` per-step RDP at (configuration, order) pairs.
+
+  Returns:
+    (n, m) float64 NumPy table.
+  """
+  m = pl.orders.size
+  table = np.full((n, m), np.inf)
+  known = np.zeros((n, m), bool)
+  table[:, pl.base] = base()
+  known[:, pl.base] = True
   for rnd in range(_PROBE_ROUNDS + 1):
-    cand, score, beyond = _candidates(jnp.asarray(table), jnp.asarray(known), *args,
-                                      orders=key, kind=kind, method=method)
+    cand, score, beyond = find_candidates(table, known)
     cand = np.asarray(cand)
     per_row = cand.sum(axis=1)
     active = np.count_nonzero(per_row)
@@ -336,10 +383,8 @@ def search(kind, pl: _Plan, method, nodes, q, sigma, steps, x, *, with_index=Fal
       cols = probe[rows]
     else:
       rows, cols = np.nonzero(cand)
-    table[rows, cols] = _evaluate(pl, q[rows], sigma[rows], cols, nodes)
+    table[rows, cols] = evaluate(rows, cols)
     known[rows, cols] = True
     if rows.size == per_row.sum():
       break
-  value, best = _minimum(jnp.asarray(table), *args[2:], orders=key, kind=kind, method=method)
-  value = np.asarray(value)
-  return (value, np.asarray(best)) if with_index else value
+  return table
