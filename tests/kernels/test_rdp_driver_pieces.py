@@ -1,9 +1,10 @@
 """The RDP driver's compiled calls (jaxdp._src.kernels.rdp_driver._pieces).
 
-A call's last chunk may run as smaller pieces side by side on the CPU's
-cores. Every configuration must keep its value bit for bit: the pieces use
-the nodes of the whole chunk, and nothing else of a configuration's value
-depends on the other configurations of its call.
+A call's last chunk (default orders) may run as smaller pieces side by side
+on the CPU's cores. Every configuration must keep its value bit for bit: the
+pieces use the nodes of the whole chunk, and nothing else of a
+configuration's value depends on the other configurations of its call (see
+``_pieces`` for the one kernel whose last bit depends on the call's shape).
 """
 
 import numpy as np
