@@ -15,6 +15,7 @@ from jaxdp._src.kernels import rdp_driver as _rdp_driver
 from jaxdp._src.accounting import rate as _rate
 from jaxdp._src.solvers import boundary_eval as _calibrate_boundary
 from jaxdp._src.kernels import host_rdp as _host_rdp
+from jaxdp._src.kernels import order_search as _order_search
 from jaxdp._src.core import numerics as nx
 
 from reference import ref_rdp_to_epsilon, ref_sampled_gaussian_delta, ref_sgm_rdp
@@ -150,6 +151,50 @@ def test_first_questions_compile_nothing(monkeypatch, cold_programs):
   assert compiles == []
   assert 0 < d <= 1e-6 * (1 + 1e-9)
   assert np.isfinite(s) and s > 0
+
+
+# dp_accounting's default orders, and an irregular list.
+DP_ORDERS = np.concatenate([1.0 + np.arange(1, 100) / 10.0, np.arange(11, 64), [128, 256, 512, 1024]])
+ODD_ORDERS = np.array([1.5, 2.0, 3.0, 5.0, 7.5, 12.0, 40.0, 64.0, 100.0, 333.0, 5000.0])
+
+
+@pytest.mark.parametrize("orders", [DP_ORDERS, ODD_ORDERS], ids=["dp_accounting", "odd"])
+def test_explicit_orders_on_the_host_equal_the_compiled_path(orders):
+  q, sigma, steps, delta, eps = _domain(40, seed=4)
+  pl = _order_search.plan(tuple(float(o) for o in orders))
+  with nx.x64():
+    for kind, x in (("epsilon", delta), ("delta", eps)):
+      host = _host_rdp.grid_minimum(kind, "improved", pl, q, sigma, steps, x,
+                                    rdp_impl._nodes_for(sigma))[0]
+      if kind == "delta":
+        host = _rdp_driver.delta_floor(host, q, steps, x)
+      compiled = _rdp_driver.run_chunked(kind, q, sigma, steps, x, orders, "improved")
+      _agree(host, compiled, 1e-12)
+
+
+def test_an_explicit_order_question_compiles_nothing(monkeypatch, cold_programs):
+  """mathematics.md's comparison with dp_accounting's orders took ~7 s to compile."""
+  compiles = []
+
+  def listener(event, duration, **_):
+    if event == "/jax/core/compile/backend_compile_duration":
+      compiles.append(duration)
+
+  monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
+  monitoring.register_event_duration_secs_listener(listener)
+  try:
+    e = jaxdp.epsilon(0.001, 0.5356, 100, 1e-5, orders=DP_ORDERS)
+    d = jaxdp.delta(0.001, 0.5356, 100, 3.0, orders=DP_ORDERS)
+  finally:
+    monitoring.unregister_event_duration_listener(listener)
+  assert compiles == []
+  # dp_accounting's RdpAccountant at the same orders (its fractional-order series
+  # differs from jaxdp's quadrature in the 7th digit).
+  import dp_accounting as dpa
+  acc = dpa.rdp.RdpAccountant(list(DP_ORDERS))
+  acc.compose(dpa.PoissonSampledDpEvent(0.001, dpa.GaussianDpEvent(0.5356)), 100)
+  np.testing.assert_allclose(e, acc.get_epsilon(1e-5), rtol=1e-5)
+  np.testing.assert_allclose(d, acc.get_delta(3.0), rtol=1e-5)
 
 
 def test_small_calibration_rounds_compile_nothing_then_agree(monkeypatch, cold_programs):

@@ -119,6 +119,24 @@ def minimum_over_all_orders(kind, method, q, sigma, steps, x, nodes, with_order=
     The value per configuration (and the order), float64 NumPy.
   """
   pl = _order_search.plan(None)
+  with np.errstate(all="ignore"):
+    grid_value, best = grid_minimum(kind, method, pl, q, sigma, steps, x, nodes)
+    return _continuous_order.refine(kind, method, nodes, grid_value, pl.orders, best, q, sigma,
+                                    steps, x, with_order=with_order, xp=np)
+
+
+def grid_minimum(kind, method, pl, q, sigma, steps, x, nodes):
+  """min over the orders of a search plan (:func:`jaxdp._src.kernels.order_search.plan`),
+  and the index of the order attaining it, as the compiled
+  :func:`jaxdp._src.kernels.order_search.search` computes it, in NumPy.
+
+  Args:
+    kind, method, q, sigma, steps, x, nodes: as in :func:`minimum_over_all_orders`.
+    pl: the plan of the order list (not None).
+
+  Returns:
+    ``(value, best index)``, float64 and int NumPy arrays.
+  """
   orders = pl.orders
   key = tuple(float(o) for o in orders)
   with np.errstate(all="ignore"):
@@ -127,10 +145,7 @@ def minimum_over_all_orders(kind, method, q, sigma, steps, x, nodes, with_order=
         lambda table, known: _order_search.candidates(
             table, known, q, sigma, steps, x, orders=key, kind=kind, method=method, xp=np),
         lambda rows, cols: _pairs_rdp(q[rows], sigma[rows], orders[cols], nodes))
-    grid_value, best = _order_search.minimum(table, steps, x, orders=key, kind=kind,
-                                             method=method, xp=np)
-    return _continuous_order.refine(kind, method, nodes, grid_value, orders, best, q, sigma,
-                                    steps, x, with_order=with_order, xp=np)
+    return _order_search.minimum(table, steps, x, orders=key, kind=kind, method=method, xp=np)
 
 
 def _pairs_rdp(q, sigma, alpha, nodes):

@@ -115,7 +115,8 @@ def guard_rdp(kind, q, sigma, steps, x):
 def run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False, host=False):
   """The RDP value per configuration, chunked; with ``with_order`` (default
   orders only) also the real order at which it was attained.  ``host``:
-  True forces the host path for the default orders (:mod:`jaxdp._src.kernels.host_rdp`),
+  True forces the host path (:mod:`jaxdp._src.kernels.host_rdp`; default orders, or an
+  explicit list with a search plan),
   otherwise :func:`_host_turn` decides."""
   shape = np.broadcast_shapes(*(np.shape(a) for a in (q, sigma, steps, x)))
   flat = [np.broadcast_to(np.asarray(a, np.float64), shape).reshape(-1) for a in (q, sigma, steps, x)]
@@ -124,11 +125,15 @@ def run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False, host
   search_plan = _order_search.plan(key)
   if with_order and (orders is not None or search_plan is None):
     raise ValueError("with_order needs the default orders.")
-  if orders is None and search_plan is not None and (host or _host_turn(n)):
+  if search_plan is not None and (host or _host_turn(n)):
     from jaxdp._src.kernels import host_rdp as _host_rdp  # pylint: disable=g-import-not-at-top
-    res = _host_rdp.minimum_over_all_orders(kind, method, *flat, rdp_nodes_for(flat[1]),
-                                            with_order=with_order)
-    result, alpha = res if with_order else (res, None)
+    if orders is None:
+      res = _host_rdp.minimum_over_all_orders(kind, method, *flat, rdp_nodes_for(flat[1]),
+                                              with_order=with_order)
+      result, alpha = res if with_order else (res, None)
+    else:   # an explicit order list (e.g. dp_accounting's): its grid minimum
+      result, alpha = _host_rdp.grid_minimum(kind, method, search_plan, *flat,
+                                             rdp_nodes_for(flat[1]))[0], None
   else:
     result, alpha = _compiled_chunks(kind, flat, key, search_plan, method, with_order)
   if kind == "delta":
