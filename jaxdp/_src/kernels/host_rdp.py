@@ -7,10 +7,12 @@ XLA to trace, lower and compile the batched programs (~5 s on a 2-core CPU;
 milliseconds. This module runs the *same* formulas in NumPy:
 
 * the RDP of the Poisson-sampled Gaussian (Mironov, Talwar & Zhang 2019, §3)
-  at every order of :data:`jaxdp.rdp.DEFAULT_ORDERS` (exact binomial sums for
-  integer orders ≤ 4096, §3.3 Case I; the windowed quadrature of
-  :func:`jaxdp.rdp.quadrature_rdp` for the others), rounded up by the same
-  safety factors;
+  at the orders of :data:`jaxdp.rdp.DEFAULT_ORDERS` (or of an explicit list)
+  that the compiled path's order search evaluates
+  (:mod:`jaxdp._src.kernels.order_search`: the integer orders ≤ 64, then only
+  those whose certified bounds can still win), each as the compiled path
+  computes it (exact binomial sums, §3.3 Case I; the windowed quadrature of
+  :func:`jaxdp.rdp.quadrature_rdp`), rounded up by the same safety factors;
 * the conversion to (ε, δ) (Balle et al. 2020, Prop. 12, or Mironov 2017,
   Prop. 3) and its minimum over the grid;
 * the golden-section refinement over all real orders in the grid bracket
@@ -38,8 +40,11 @@ from jaxdp._src.kernels import rdp_quadrature
 __all__ = ["minimum_over_all_orders", "per_step_rdp", "small_order_ceiling",
            "MAX_CONFIGURATIONS"]
 
-# At most this many configurations take the host path: beyond, one compiled
-# batched program is faster than NumPy even counting its compilation.
+# At most this many configurations take the host path of a plain question
+# (the first few of a process, rdp_driver._HOST_QUESTIONS). Larger calls go
+# to the compiled programs, whose first build (~10 s on a 2-core CPU) a loop
+# of calls then pays once; the host costs ~0.1 s per call plus ~2 ms per
+# configuration, the compiled chunk ~0.5 ms.
 MAX_CONFIGURATIONS = 4
 
 
