@@ -5,6 +5,8 @@ the whole legal domain, be an upper bound by the independent mpmath
 reference, compile nothing, and keep the calibration guarantees.
 """
 
+import contextlib
+
 import numpy as np
 import pytest
 from jax import monitoring
@@ -132,22 +134,29 @@ def test_host_value_is_an_upper_bound_at_its_order(q, sigma, steps, delta):
   assert value[0] <= ref * (1 + 1e-6)
 
 
-def test_first_questions_compile_nothing(monkeypatch, cold_programs):
-  """A fresh process's question: no XLA compilation at all (RDP ε, δ, σ)."""
+@contextlib.contextmanager
+def _compilations():
+  """The durations of the XLA compilations made inside the block."""
   compiles = []
 
   def listener(event, duration, **_):
     if event == "/jax/core/compile/backend_compile_duration":
       compiles.append(duration)
 
-  monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
   monitoring.register_event_duration_secs_listener(listener)
   try:
+    yield compiles
+  finally:
+    monitoring.unregister_event_duration_listener(listener)
+
+
+def test_first_questions_compile_nothing(monkeypatch, cold_programs):
+  """A fresh process's question: no XLA compilation at all (RDP ε, δ, σ)."""
+  monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
+  with _compilations() as compiles:
     e = jaxdp.epsilon(0.0123, 1.37, 4321, 1e-6)
     d = jaxdp.delta(0.0123, 1.37, 4321, float(e))
     s = calibrate.sigma(2.5, 1e-6, 0.0123, 4321)
-  finally:
-    monitoring.unregister_event_duration_listener(listener)
   assert compiles == []
   assert 0 < d <= 1e-6 * (1 + 1e-9)
   assert np.isfinite(s) and s > 0
@@ -174,19 +183,10 @@ def test_explicit_orders_on_the_host_equal_the_compiled_path(orders):
 
 def test_an_explicit_order_question_compiles_nothing(monkeypatch, cold_programs):
   """mathematics.md's comparison with dp_accounting's orders took ~7 s to compile."""
-  compiles = []
-
-  def listener(event, duration, **_):
-    if event == "/jax/core/compile/backend_compile_duration":
-      compiles.append(duration)
-
   monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
-  monitoring.register_event_duration_secs_listener(listener)
-  try:
+  with _compilations() as compiles:
     e = jaxdp.epsilon(0.001, 0.5356, 100, 1e-5, orders=DP_ORDERS)
     d = jaxdp.delta(0.001, 0.5356, 100, 3.0, orders=DP_ORDERS)
-  finally:
-    monitoring.unregister_event_duration_listener(listener)
   assert compiles == []
   # dp_accounting's RdpAccountant at the same orders (its fractional-order series
   # differs from jaxdp's quadrature in the 7th digit).
@@ -204,20 +204,11 @@ def test_small_calibration_rounds_compile_nothing_then_agree(monkeypatch, cold_p
   to compile before); with the budget spent, the compiled rounds give σ
   within 1e-9 relative (the host's 1e-10 margin), and each σ meets its
   target by jaxdp.epsilon on both of its paths and is tight to rtol."""
-  compiles = []
-
-  def listener(event, duration, **_):
-    if event == "/jax/core/compile/backend_compile_duration":
-      compiles.append(duration)
-
   targets, q, steps = np.array([1.0, 3.0, 8.0]), 0.0123, 4321
   monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
   monkeypatch.setattr(_calibrate_boundary, "_host_rounds_left", [_calibrate_boundary._HOST_ROUNDS])
-  monitoring.register_event_duration_secs_listener(listener)
-  try:
+  with _compilations() as compiles:
     on_host = calibrate.sigma(targets, 1e-5, q, steps)
-  finally:
-    monitoring.unregister_event_duration_listener(listener)
   assert compiles == []
   assert _calibrate_boundary._host_rounds_left[0] < _calibrate_boundary._HOST_ROUNDS
   cold_programs()   # caches back on for the compiled rounds
