@@ -17,7 +17,8 @@ start and imports.
 
   python benchmarks/first_call.py [--only README.md:65] [--skip-slow]
 
-Writes benchmarks/results/first_call.json.
+Writes benchmarks/results/first_call.json (a partial run, with ``--only`` or
+``--skip-slow``: first_call_partial.json, so the full table stays).
 """
 
 import argparse
@@ -178,9 +179,12 @@ def main():
   finally:
     shutil.rmtree(scratch, ignore_errors=True)
   env = environment()
-  path = write_result("first_call", dict(machine=env["platform"], cpus=env["cpu_count"],
-                                         jax=env["jax_version"], device=env["device"],
-                                         rows=rows))
+  # A partial run (--only, --skip-slow) must not replace the full table that
+  # the README quotes: it goes to first_call_partial.json.
+  partial = bool(args.only or args.skip_slow)
+  path = write_result("first_call_partial" if partial else "first_call",
+                      dict(machine=env["platform"], cpus=env["cpu_count"],
+                           jax=env["jax_version"], device=env["device"], rows=rows))
   print("wrote", path)
 
 
