@@ -32,6 +32,9 @@ def test_plan(monkeypatch):
   # Several chunks: a small last chunk runs as pieces, a large one does not.
   assert _plan(monkeypatch, 2048 + 300, 2) == [(0, 2048), (2048, 256), (2304, 256)]
   assert _plan(monkeypatch, 2048 + 1500, 2) == [(0, 2048), (2048, 2048)]
+  # Explicit orders keep whole chunks.
+  assert [(a, b) for a, b, _ in rdp_driver._pieces(1000, 2048, np.ones(1000), split=False)] == [
+      (0, 2048)]
   # Small calls keep their bucket.
   assert _plan(monkeypatch, 200, 2) == [(0, 256)]
   assert _plan(monkeypatch, 10, 2) == [(0, 16)]

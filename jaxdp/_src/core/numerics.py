@@ -74,8 +74,9 @@ def thread_map(fn: Callable, items, max_workers: int = 4, *, jax_work: bool = Tr
   accelerator stays sequential (the device queues it anyway).
   """
   items = list(items)
-  workers = min(len(items), os.cpu_count() or 1, max_workers)
-  if workers < 2 or (jax_work and jax.default_backend() != "cpu"):
+  cores = cpu_cores() if jax_work else (os.cpu_count() or 1)
+  workers = min(len(items), cores, max_workers)
+  if workers < 2:
     return [fn(x) for x in items]
   enable = bool(jax.config.jax_enable_x64)
 

@@ -143,9 +143,8 @@ def run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False, host
   return result.reshape(shape)
 
 
-def _pieces(n, chunk, sigma):
-  """``[(start, length, nodes)]``: the compiled calls that cover n
-  configurations of the default orders.
+def _pieces(n, chunk, sigma, split=True):
+  """``[(start, length, nodes)]``: the compiled calls that cover n configurations.
 
   Each chunk of ``chunk`` configurations takes the quadrature nodes that its
   σ allow (:func:`jaxdp._src.kernels.rdp._nodes_for`). On the CPU the last
@@ -164,13 +163,14 @@ def _pieces(n, chunk, sigma):
   answer only where a base order beats the golden section between orders;
   with an explicit order list (no golden section) it reaches ~2% of the
   answers (≤ 5e-13 relative, within every value's rounding allowance), so
-  explicit orders keep whole chunks.
+  explicit orders keep whole chunks (``split=False``).
   """
   small = _BUCKETS[1]
   starts = list(range(0, n, chunk))
   pieces = [(start, chunk, rdp_nodes_for(sigma[start:start + chunk])) for start in starts]
   last, rest, cores = starts[-1], n - starts[-1], nx.cpu_cores()
-  if chunk > small and cores >= 1 and (rest <= 5 * small or (len(starts) == 1 and cores >= 2)):
+  if split and chunk > small and cores >= 1 and (
+      rest <= 5 * small or (len(starts) == 1 and cores >= 2)):
     nodes = pieces.pop()[2]
     pieces += [(start, small, nodes) for start in range(last, n, small)]
   return pieces
@@ -204,11 +204,8 @@ def _compiled_chunks(kind, flat, key, search_plan, method, with_order):
       res = _chunk_fn(kind, key, method, nodes)(*(jnp.asarray(p) for p in parts))
     return np.asarray(res)[:m], alpha
 
-  # Pieces for the default orders only (see _pieces); explicit orders keep
-  # whole chunks.
-  pieces = (_pieces(n, chunk, flat[1]) if key is None else
-            [(s, chunk, rdp_nodes_for(flat[1][s:s + chunk])) for s in range(0, n, chunk)])
-  outs = nx.thread_map(one, pieces)   # side by side on the CPU's cores
+  # Pieces for the default orders only; explicit orders keep whole chunks.
+  outs = nx.thread_map(one, _pieces(n, chunk, flat[1], split=key is None))   # on the CPU's cores
   result = np.concatenate([o[0] for o in outs]) if outs else np.zeros((0,))
   if not with_order:
     return result, None
