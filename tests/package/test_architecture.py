@@ -214,3 +214,19 @@ def test_tests_follow_the_layers():
   names = [p.name for p in tests.rglob("test_*.py")]
   assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
   assert not list(tests.rglob("__init__.py"))
+
+
+def test_import_and_host_rdp_question_leave_scipy_special_unloaded():
+  """`import jaxdp` and a one-question RDP ε / small calibration (the host
+  path) import no scipy.special (~0.3 s of a fresh process); it loads where a
+  path needs it."""
+  code = ("import sys, jaxdp\n"
+          "jaxdp.epsilon(0.01, 1.1, 1000, 1e-5)\n"
+          "jaxdp.calibrate.sigma(target_epsilon=3.0, delta=1e-5, q=0.01, steps=100)\n"
+          "print('scipy.special' in sys.modules)\n")
+  env = {k: v for k, v in __import__("os").environ.items() if k != "JAXDP_CACHE_DIR"}
+  env["JAXDP_CACHE_DIR"] = "off"
+  run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       check=False, env=env)
+  assert run.returncode == 0, run.stderr
+  assert run.stdout.strip().splitlines()[-1] == "False", run.stdout
