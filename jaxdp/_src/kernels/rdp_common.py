@@ -39,35 +39,9 @@ def result_float_dtype(*xs):
 
 
 def log_sum_exp(x, axis, xp=jnp):
-  """log Σ exp(x) along ``axis``, the sum by :func:`pairwise_sum` (the same
-  bits at every batch shape)."""
   m = xp.max(x, axis=axis, keepdims=True)
   m_safe = xp.where(xp.isfinite(m), m, 0.0)
-  s = pairwise_sum(xp.exp(x - m_safe), axis, xp)
+  s = xp.sum(xp.exp(x - m_safe), axis=axis, keepdims=True)
   out = xp.log(s) + m_safe
   out = xp.where(m == xp.inf, xp.inf, out)
   return xp.squeeze(out, axis=axis)
-
-
-def pairwise_sum(x, axis, xp=jnp):
-  """Σ of ``x`` along ``axis`` (kept, of size 1) by a fixed binary tree.
-
-  The axis is zero-padded to a power of two, then its two halves are added
-  until one element is left. Every output is thus the same sequence of
-  additions whatever the sizes of the other axes, so a compiled program
-  gives the same bits for a configuration alone as in a batch of thousands
-  (``xp.sum``'s order is the compiler's: XLA's changed with the array
-  shape in the last bit of ~0.2% of the RDP kernel's sums). For
-  non-negative terms the relative error is at most ⌈log₂ n⌉·u (Higham
-  2002, §4.2): 12u for the 4096-term binomial sums, inside the 256-ulp
-  safety factor of every RDP value.
-  """
-  x = xp.moveaxis(x, axis, -1)
-  n = x.shape[-1]
-  size = 1 << max(n - 1, 0).bit_length()
-  if size > n:
-    x = xp.concatenate([x, xp.zeros(x.shape[:-1] + (size - n,), x.dtype)], axis=-1)
-  while x.shape[-1] > 1:
-    half = x.shape[-1] // 2
-    x = x[..., :half] + x[..., half:]
-  return xp.moveaxis(x, -1, axis)
