@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import pathlib
 import re
 import subprocess
@@ -224,8 +225,7 @@ def test_import_and_host_rdp_question_leave_scipy_special_unloaded():
           "jaxdp.epsilon(0.01, 1.1, 1000, 1e-5)\n"
           "jaxdp.calibrate.sigma(target_epsilon=3.0, delta=1e-5, q=0.01, steps=100)\n"
           "print('scipy.special' in sys.modules)\n")
-  env = {k: v for k, v in __import__("os").environ.items() if k != "JAXDP_CACHE_DIR"}
-  env["JAXDP_CACHE_DIR"] = "off"
+  env = dict(os.environ, JAXDP_CACHE_DIR="off")
   run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        check=False, env=env)
   assert run.returncode == 0, run.stderr
