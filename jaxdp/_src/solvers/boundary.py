@@ -24,6 +24,7 @@ from jaxdp._src.solvers.boundary_eval import (
     _curve_fn,
     _first_guess,
     _from_x,
+    _large_call,
     _map_chunks,
     _orders_key,
     _solver_fn,
@@ -113,6 +114,13 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
   n = target.shape[0]
   if n <= _SMALL:
     return _small_boundary(kind, target, delta, a, b, orders_checked, rtol)
+  with _large_call(True):
+    return _rdp_batch_rounds(kind, target, delta, a, b, orders_checked, orders, rtol)
+
+
+def _rdp_batch_rounds(kind, target, delta, a, b, orders_checked, orders, rtol):
+  """:func:`_rdp_boundary` for more than ``_SMALL`` targets (chunks of 256 throughout)."""
+  n = target.shape[0]
   tol = 0.5 * rtol
   xmin, xmax = _bounds(kind)
   cheap = orders[(orders == np.floor(orders)) & (orders <= _CHEAP_MAX_ORDER)]

@@ -50,6 +50,23 @@ def _use_sharding(sharding):
     _SHARDING.reset(token)
 
 
+# Set by a batched solve (more than _SMALL targets) for all of its rounds: the
+# later rounds' few open targets keep the call's chunk length, so the call
+# compiles one set of programs, not a second one for the last rounds (a fresh
+# process's 1000 calibrations compiled the window solver and the public-path
+# check again at 16 configurations for ~4.2 s, to finish 2 targets).
+_LARGE_CALL = contextvars.ContextVar("jaxdp_calibrate_large_call", default=False)
+
+
+@contextlib.contextmanager
+def _large_call(large):
+  token = _LARGE_CALL.set(bool(large))
+  try:
+    yield
+  finally:
+    _LARGE_CALL.reset(token)
+
+
 # --------------------------------------------------------------------------
 # Parametrisations: x ↦ (q, σ)
 # --------------------------------------------------------------------------
@@ -84,8 +101,10 @@ def _first_guess(kind, target, delta, a, steps):
 
 
 def _chunk_size(n):
-  """Chunk length: 16 for small calls, else 256 — only two shapes ever compile."""
-  return _SMALL if n <= _SMALL else _CHUNK
+  """Chunk length: 16 for small calls, else 256 — only two shapes ever compile.
+
+  Within a batched solve (:func:`_large_call`) every call takes 256."""
+  return _SMALL if n <= _SMALL and not _LARGE_CALL.get() else _CHUNK
 
 
 _PAD = {"x": 0.0, "a": 0.5, "b": 1.0, "t": 1.0, "d": 1e-5, "q": 0.5, "s": 1.0, "w": 2.0}
