@@ -58,7 +58,6 @@ def test_steps_guess_compiles_no_all_orders_program_and_answers_are_the_boundary
     return original(key)
 
   monkeypatch.setattr(calibrate, "_per_step_fn", spy)
-  monkeypatch.setattr(be, "_per_step_fn", spy)
   rng = np.random.default_rng(0)
   n = 1000
   target = rng.uniform(0.3, 10.0, n)
