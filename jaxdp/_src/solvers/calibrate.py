@@ -58,8 +58,7 @@ from jaxdp._src.core import roots
 from jaxdp._src.kernels import rdp
 from jaxdp._src.events import is_sampler
 from jaxdp._src.solvers.boundary import _boundary
-from jaxdp._src.solvers.boundary_eval import (_DEFAULT_CHEAP, _check_epsilon,
-                                            _check_epsilon_rdp, _map_chunks,
+from jaxdp._src.solvers.boundary_eval import (_DEFAULT_CHEAP, _check_epsilon, _map_chunks,
                                             _orders_key, _per_step_fn)
 from jaxdp._src.solvers.calibrate_grad import _diff_eps, _promote, _solve_sigma
 from jaxdp._src.kernels import profiles as _profiles
@@ -355,15 +354,11 @@ def steps(target_epsilon, delta, q, sigma, *, accountant: str = "rdp", orders=No
   """Largest number of steps T with ε(q, σ, T, δ) ≤ target_epsilon, batched.
 
   Exact at the boundary: ``jaxdp.epsilon`` (the public path) certifies T
-  within budget and T + 1 over it (ε is non-decreasing in T), up to the 1e-10
-  relative margin of the host checks that decide a few open targets (T may
-  then be one step short, never over). Under RDP the first guess comes in
-  closed form per order — T_α = ⌊(ε_target - c_α(δ)) / ε_α⌋ with c_α the
-  conversion term of :func:`jaxdp.rdp.to_epsilon`, and the KL bound
-  T_α ε_α < -log(1 - δ²) — maximised over α (for a batch with the default
-  orders: the integer orders ≤ 64, then the real order where the public ε is
-  attained there), then verified and fixed by a galloping integer search
-  where it was off. The search runs
+  within budget and T + 1 over it (ε is non-decreasing in T). Under RDP the
+  answer comes in closed form per order — T_α = ⌊(ε_target - c_α(δ)) / ε_α⌋
+  with c_α the conversion term of :func:`jaxdp.rdp.to_epsilon`, and the KL
+  bound T_α ε_α < -log(1 - δ²) — maximised over α, then verified (and fixed by
+  a galloping integer search if rounding put it off by one). The search runs
   over jaxdp's whole domain of step counts, [0, :data:`MAX_STEPS`] = [0, 2**53]:
   where every T fits (q = 0, or at least 2**53 steps) the answer is
   ``MAX_STEPS`` = 2**53 = 9007199254740992, itself verified (not ``inf``).
@@ -398,13 +393,10 @@ def steps(target_epsilon, delta, q, sigma, *, accountant: str = "rdp", orders=No
         from jaxdp._src.kernels import host_rdp as _host_rdp  # pylint: disable=g-import-not-at-top
         with np.errstate(all="ignore"):
           per = _host_rdp.per_step_rdp(qq[idx], ss[idx], np.asarray(guess_orders))
-        guess = _closed_form_steps(per, guess_orders, t[idx], d[idx])
-      elif accountant == "rdp" and orders_checked is None:
-        guess = _default_orders_guess(qq[idx], ss[idx], t[idx], d[idx])
       else:
         (per,) = _map_chunks(_per_step_fn(_orders_key(guess_orders)), [qq[idx], ss[idx]],
                              [0.5, 1.0])
-        guess = _closed_form_steps(per, guess_orders, t[idx], d[idx])
+      guess = _closed_form_steps(per, guess_orders, t[idx], d[idx])
       acc = accountant
 
       def feasible(T, sel):
@@ -415,39 +407,9 @@ def steps(target_epsilon, delta, q, sigma, *, accountant: str = "rdp", orders=No
   return _as_steps(out.reshape(shape))
 
 
-def _default_orders_guess(q, sigma, target, delta):
-  """The first guess of :func:`steps` for the default orders (every real α > 1),
-  batched, from programs the public path compiles anyway.
-
-  The closed form over the cheap integer orders α ≤ 64 (a lower estimate: a
-  smaller order set allows fewer steps), then again at the real order α* where
-  ``jaxdp.epsilon`` attains its value at that estimate (one quadrature per
-  configuration, the public path's pair program), the larger of the two. It
-  is only a guess: :func:`_int_boundary` verifies T and T + 1 by the public
-  path and searches where it was off, so the answer does not depend on it.
-  (The closed form over all 179 grid orders compiled a program of its own,
-  ~3.2 s of a fresh process's 10.5 s for 1000 targets.)
-  """
-  cheap = np.asarray(_DEFAULT_CHEAP)
-  (per,) = _map_chunks(_per_step_fn(_orders_key(cheap)), [q, sigma], [0.5, 1.0])
-  guess = _closed_form_steps(per, cheap, target, delta)
-  at = np.clip(guess, 1.0, _MAX_STEPS)
-  _, alpha = _check_epsilon_rdp(q, sigma, at, delta, None, with_order=True)
-  ok = np.isfinite(alpha) & (alpha > 1.0)
-  alpha = np.where(ok, alpha, 2.0)
-  nodes = rdp._nodes_for(sigma)   # pylint: disable=protected-access
-  (per_a,) = _map_chunks(lambda a, b, c: rdp._traced_kernel(a, b, c, nodes),  # pylint: disable=protected-access
-                         [q, sigma, alpha], [0.5, 1.0, 2.0])
-  at_alpha = _closed_form_steps(per_a[:, None], alpha[:, None], target, delta)
-  return np.maximum(guess, np.where(ok, at_alpha, 0.0))
-
-
 def _closed_form_steps(per, orders, target, delta):
-  """max_α of the largest T meeting the RDP→(ε, δ) bound at order α.
-
-  ``orders``: 1-D (shared by every row) or (rows, k), like ``per``."""
-  a = np.asarray(orders)
-  a = a[None, :] if a.ndim == 1 else a
+  """max_α of the largest T meeting the RDP→(ε, δ) bound at order α."""
+  a = np.asarray(orders)[None, :]
   c = np.log1p(-1.0 / a) - (np.log(delta)[:, None] + np.log(a)) / (a - 1.0)
   safety = 1.0 + 256.0 * np.finfo(np.float64).eps
   with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
