@@ -36,8 +36,6 @@ above).
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 

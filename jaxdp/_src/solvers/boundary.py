@@ -114,7 +114,7 @@ def _rdp_boundary(kind, target, delta, a, b, orders_checked, orders, rtol):
   n = target.shape[0]
   if n <= _SMALL:
     return _small_boundary(kind, target, delta, a, b, orders_checked, rtol)
-  with _large_call(True):
+  with _large_call():
     return _rdp_batch_rounds(kind, target, delta, a, b, orders_checked, orders, rtol)
 
 

@@ -42,12 +42,17 @@ _SHARDING = contextvars.ContextVar("jaxdp_calibrate_sharding", default=None)
 
 
 @contextlib.contextmanager
-def _use_sharding(sharding):
-  token = _SHARDING.set(sharding)
+def _scoped(var, value):
+  """``var`` set to ``value`` for the body (a context variable of this module)."""
+  token = var.set(value)
   try:
     yield
   finally:
-    _SHARDING.reset(token)
+    var.reset(token)
+
+
+def _use_sharding(sharding):
+  return _scoped(_SHARDING, sharding)
 
 
 # Set by a batched solve (more than _SMALL targets) for all of its rounds: the
@@ -58,13 +63,8 @@ def _use_sharding(sharding):
 _LARGE_CALL = contextvars.ContextVar("jaxdp_calibrate_large_call", default=False)
 
 
-@contextlib.contextmanager
-def _large_call(large):
-  token = _LARGE_CALL.set(bool(large))
-  try:
-    yield
-  finally:
-    _LARGE_CALL.reset(token)
+def _large_call():
+  return _scoped(_LARGE_CALL, True)
 
 
 # --------------------------------------------------------------------------
