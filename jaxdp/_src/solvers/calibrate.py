@@ -58,8 +58,9 @@ from jaxdp._src.core import roots
 from jaxdp._src.kernels import rdp
 from jaxdp._src.events import is_sampler
 from jaxdp._src.solvers.boundary import _boundary
-from jaxdp._src.solvers.boundary_eval import (_DEFAULT_CHEAP, _check_epsilon, _map_chunks,
-                                            _orders_key, _per_step_fn)
+from jaxdp._src.solvers.boundary_eval import (_DEFAULT_CHEAP, _check_epsilon,
+                                            _closed_form_steps, _default_orders_guess,
+                                            _map_chunks, _orders_key, _per_step_fn)
 from jaxdp._src.solvers.calibrate_grad import _diff_eps, _promote, _solve_sigma
 from jaxdp._src.kernels import profiles as _profiles
 
@@ -358,10 +359,12 @@ def steps(target_epsilon, delta, q, sigma, *, accountant: str = "rdp", orders=No
   budget with a relative margin of 1e-10, so that it holds on every path of
   ``jaxdp.epsilon`` (host or compiled, one question or a batch: their values
   agree to 2e-13), and T + 1 is over budget up to that margin. Under RDP the
-  answer comes in closed form per order — T_α = ⌊(ε_target - c_α(δ)) / ε_α⌋
+  first guess comes in closed form per order — T_α = ⌊(ε_target - c_α(δ)) / ε_α⌋
   with c_α the conversion term of :func:`jaxdp.rdp.to_epsilon`, and the KL
-  bound T_α ε_α < -log(1 - δ²) — maximised over α, then verified (and fixed by
-  a galloping integer search if rounding put it off by one). The search runs
+  bound T_α ε_α < -log(1 - δ²) — maximised over α (for a batch with the
+  default orders: the integer orders ≤ 64, then the real order where the
+  public ε is attained there), then verified and fixed by a galloping integer
+  search where it was off. The search runs
   over jaxdp's whole domain of step counts, [0, :data:`MAX_STEPS`] = [0, 2**53]:
   where every T fits (q = 0, or at least 2**53 steps) the answer is
   ``MAX_STEPS`` = 2**53 = 9007199254740992, itself verified (not ``inf``).
@@ -396,10 +399,13 @@ def steps(target_epsilon, delta, q, sigma, *, accountant: str = "rdp", orders=No
         from jaxdp._src.kernels import host_rdp as _host_rdp  # pylint: disable=g-import-not-at-top
         with np.errstate(all="ignore"):
           per = _host_rdp.per_step_rdp(qq[idx], ss[idx], np.asarray(guess_orders))
+        guess = _closed_form_steps(per, guess_orders, t[idx], d[idx])
+      elif accountant == "rdp" and orders_checked is None:
+        guess = _default_orders_guess(qq[idx], ss[idx], t[idx], d[idx])
       else:
         (per,) = _map_chunks(_per_step_fn(_orders_key(guess_orders)), [qq[idx], ss[idx]],
                              [0.5, 1.0])
-      guess = _closed_form_steps(per, guess_orders, t[idx], d[idx])
+        guess = _closed_form_steps(per, guess_orders, t[idx], d[idx])
       acc = accountant
 
       # Under RDP, T is accepted when its ε inflated by the host checks' margin
@@ -415,20 +421,6 @@ def steps(target_epsilon, delta, q, sigma, *, accountant: str = "rdp", orders=No
 
       out[idx] = _int_boundary(feasible, np.where(np.isfinite(guess), guess, _MAX_STEPS))
   return _as_steps(out.reshape(shape))
-
-
-def _closed_form_steps(per, orders, target, delta):
-  """max_α of the largest T meeting the RDP→(ε, δ) bound at order α."""
-  a = np.asarray(orders)[None, :]
-  c = np.log1p(-1.0 / a) - (np.log(delta)[:, None] + np.log(a)) / (a - 1.0)
-  safety = 1.0 + 256.0 * np.finfo(np.float64).eps
-  with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-    t_conv = np.floor((target[:, None] / safety - c) / per)
-    t_conv = np.where((target[:, None] / safety - c) < 0, -1.0, t_conv)
-    kl = -np.log1p(-delta**2)[:, None]
-    t_kl = np.ceil(kl / per) - 1.0
-  cand = np.maximum(np.where(np.isnan(t_conv), -1.0, t_conv), np.where(np.isnan(t_kl), -1.0, t_kl))
-  return np.maximum(np.max(cand, axis=-1), 0.0)
 
 
 # --------------------------------------------------------------------------
