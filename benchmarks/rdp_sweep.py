@@ -113,7 +113,7 @@ def main():
   ]
   # jaxdp's own default orders (no anchor with these orders: accuracy n/a).
   _, run_def, compile_def = time_jaxdp(q, s, None, reps)
-  rows.append(("jaxdp DEFAULT_ORDERS (74)", q.size, run_def, compile_def, per_cfg,
+  rows.append((f"jaxdp default ({len(jaxdp.rdp.DEFAULT_ORDERS)} + golden)", q.size, run_def, compile_def, per_cfg,
                per_cfg * q.size / run_def, float("nan")))
 
   print(f"\nε over a {n}×{n} (q, σ) grid, T={STEPS}, δ={DELTA}; dp_accounting timed on "
