@@ -60,6 +60,49 @@ def test_delta_equals_min_over_all_orders(orders):
   np.testing.assert_allclose(ours, ref, rtol=1e-8, atol=1e-300)
 
 
+def _large_delta_configs(n=300, seed=3):
+  """Large δ (0.05-0.99), few steps, large q: where the improved conversion
+  goes negative at some orders and the KL clause gives exactly 0 at others
+  (the draws above, δ <= 1e-2, never reach it). The first two are the cases
+  that exposed the dropped orders: q = 1, σ = 1, T = 2 and q = 0.3, σ = 1,
+  T = 14, both at δ = 0.9."""
+  rng = np.random.default_rng(seed)
+  q = np.exp(rng.uniform(np.log(1e-3), 0.0, n))
+  sigma = np.exp(rng.uniform(np.log(0.3), np.log(20.0), n))
+  steps = np.round(np.exp(rng.uniform(0.0, np.log(1e4), n)))
+  delta = rng.uniform(0.05, 0.99, n)
+  q[:2], sigma[:2], steps[:2], delta[:2] = [1.0, 0.3], 1.0, [2.0, 14.0], 0.9
+  return q, sigma, steps, delta
+
+
+@pytest.mark.parametrize("orders", [DP_ORDERS, rdp.DEFAULT_ORDERS], ids=["dp_accounting", "default"])
+def test_epsilon_equals_min_over_all_orders_at_large_delta(orders):
+  # The search's bounds need ε(α) non-decreasing in the RDP value; the
+  # improved conversion's negative values beside the KL clause's exact 0
+  # broke that, and orders where ε is 0 were dropped (3 of these 300).
+  q, sigma, steps, delta = _large_delta_configs()
+  ours = jaxdp.epsilon(q, sigma, steps, delta, orders=orders)
+  ref = _exhaustive("epsilon", q, sigma, steps, delta, orders)
+  np.testing.assert_allclose(ours, ref, rtol=1e-9, atol=0)
+
+
+def test_default_epsilon_never_above_the_grid_and_monotone_in_steps():
+  q, sigma, steps, delta = _large_delta_configs()
+  ours = np.asarray(jaxdp.epsilon(q, sigma, steps, delta))
+  ref = _exhaustive("epsilon", q, sigma, steps, delta, rdp.DEFAULT_ORDERS)
+  assert np.all(ours <= ref * (1 + 1e-9)), np.nonzero(ours > ref * (1 + 1e-9))
+  # Composition never lowers the loss: ε is non-decreasing in T.
+  t = np.concatenate([np.arange(1.0, 61.0), np.round(np.geomspace(61, 1e5, 40))])
+  for qq, ss, dd in [(1.0, 1.0, 0.9), (0.3, 1.0, 0.9), (1.0, 3.0, 0.99), (0.05, 0.7, 0.5),
+                     (1.0, 0.5, 0.2), (0.01, 1.1, 1e-5)]:
+    e = np.asarray(jaxdp.epsilon(qq, ss, t, dd))
+    assert np.all(np.diff(e) >= 0), (qq, ss, dd, t[1:][np.diff(e) < 0])
+  # q = 1, σ = 1, T = 2, δ = 0.9: at α = 1.01 the RDP is 2·1.01/2 = 1.01 <
+  # -log(1 - 0.9²) = 1.66, so the KL clause gives ε = 0 (and the exact ε is
+  # 0: the composed Gaussian's total variation 2Φ(√2/2) - 1 = 0.52 < 0.9).
+  assert float(jaxdp.epsilon(1.0, 1.0, 2, 0.9)) == 0.0
+
+
 def test_small_sigma_is_within_the_quadrature_allowance():
   rng = np.random.default_rng(2)
   q, sigma, steps = _configs(rng, 100, sigma_lo=0.1)

@@ -60,7 +60,14 @@ def epsilon_per_order(rdp, orders, delta, method, xp=jnp):
     # 2·ulp·(δ² + |expm1(-ε(α))|), with expm1(-ε(α)) <= 0.
     sq = delta * delta
     kl_ok = sq * (1.0 - 2.0 * ulp) + xp.expm1(-rdp) * (1.0 + 2.0 * ulp) > 0
-    eps = xp.where(kl_ok, 0.0, eps)
+    # Floored at 0 per order: the formula alone goes negative at large δ
+    # (δ = 0.9, T·ε(1.1) = 1.1: -0.097) while the KL clause gives exactly 0
+    # at smaller RDP values, so without the floor ε(α) was not monotone in
+    # the RDP value and the order search (jaxdp._src.kernels.order_search),
+    # whose bounds rely on that, dropped the orders where ε is 0
+    # (q = 1, σ = 1, T = 2, δ = 0.9 reported 0.557 instead of 0, while
+    # T = 3 and 4 reported 0). Every caller floors the minimum at 0 anyway.
+    eps = xp.where(kl_ok, 0.0, xp.maximum(eps, 0.0))
   else:
     raise ValueError(f"method must be 'improved' or 'classic'; found {method!r}.")
   return xp.where(xp.isnan(eps), xp.inf, eps), orders, dtype
