@@ -70,3 +70,28 @@ def test_steps_meet_their_targets_alone_ci():
 @pytest.mark.parametrize("fresh", [True, False])
 def test_steps_meet_their_targets_alone_slow(fresh):
   _check(np.arange(300), fresh)
+
+
+def test_steps_are_the_boundary_at_the_edges():
+  """T within budget and T + 1 over it (up to the 1e-10 margin every check
+  carries) on a product grid of the domain's edges: q down to 1e-12 and 1,
+  σ from 1e-3 to 1e6, targets 1e-6 to 1e3, δ from 1e-15 to 0.9.
+
+  Two flaws left T short here: host checks carried the margin twice (T + 1
+  then 1e-10 under its target, 13 of these configurations), and at δ = 0.9
+  ε(T) was not monotone in T (the order search dropped the orders where the
+  KL clause gives ε = 0: q = 1, σ = 1 reported ε(2) = 0.557 and ε(3) = 0).
+  """
+  import itertools  # pylint: disable=g-import-not-at-top
+  grid = np.array(list(itertools.product([1e-12, 1e-6, 0.3, 1.0], [1e-3, 0.05, 1.0, 1e3, 1e6],
+                                         [1e-6, 0.5, 1e3], [1e-15, 1e-5, 0.9])))
+  q, sigma, target, delta = grid.T
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    steps = np.asarray(jaxdp.calibrate.steps(target, delta, q, sigma), np.float64)
+  assert np.all(np.asarray(jaxdp.epsilon(q, sigma, steps, delta)) <= target)
+  inside = steps < float(jaxdp.calibrate.MAX_STEPS)
+  above = np.asarray(jaxdp.epsilon(q[inside], sigma[inside], steps[inside] + 1, delta[inside]))
+  margin = (1.0 + boundary_eval._HOST_MARGIN) * (1.0 + 1e-12)   # pylint: disable=protected-access
+  short = np.nonzero(above * margin <= target[inside])[0]
+  assert short.size == 0, list(zip(grid[inside][short], steps[inside][short], above[short]))

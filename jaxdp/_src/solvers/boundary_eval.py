@@ -209,11 +209,12 @@ def _orders_key(orders):
   return tuple(float(o) for o in np.asarray(orders, np.float64).ravel())
 
 
-def _check_epsilon_rdp(q, s, t_steps, d, orders, with_order=False):
+def _check_epsilon_rdp(q, s, t_steps, d, orders, with_order=False, margin_everywhere=False):
   """ε by :func:`jaxdp.epsilon` (the public path), sizes padded to the chunk.
 
   With ``with_order`` (default orders only): ``(ε, α)``, α the real order
-  at which each ε was attained.
+  at which each ε was attained. Host values carry ``_HOST_MARGIN``; with
+  ``margin_everywhere``, compiled values carry it too (each value once).
   """
   from jaxdp._src.accounting import rate  # pylint: disable=g-import-not-at-top
   from jaxdp._src.kernels import rdp_driver  # pylint: disable=g-import-not-at-top
@@ -236,6 +237,8 @@ def _check_epsilon_rdp(q, s, t_steps, d, orders, with_order=False):
 
   outs = nx.thread_map(chunk, range(0, n, size))   # chunks side by side on the CPU's cores
   eps = np.concatenate([o[0] for o in outs]) if outs else np.zeros(0)
+  if margin_everywhere:
+    eps = eps * (1.0 + _HOST_MARGIN)
   if with_order:
     return eps, (np.concatenate([o[1] for o in outs]) if outs else np.zeros(0))
   return eps
@@ -278,7 +281,7 @@ def _host_epsilon(q, s, t_steps, d):
   return eps * (1.0 + _HOST_MARGIN)
 
 
-def _check_epsilon(kind_acc, q, s, t_steps, d, orders, want_lower=True):
+def _check_epsilon(kind_acc, q, s, t_steps, d, orders, want_lower=True, margin_everywhere=False):
   if kind_acc == "pld":
     from jaxdp._src.pld import kernel as pld  # pylint: disable=g-import-not-at-top
     if q.shape[0] == 0:
@@ -292,7 +295,7 @@ def _check_epsilon(kind_acc, q, s, t_steps, d, orders, want_lower=True):
       _, up, rdp_up = pld.guarded_bounds("epsilon", q, s, t_steps, d, full_rdp=False,
                                          want_lower=want_lower)
     return np.minimum(up, rdp_up).reshape(-1)
-  return _check_epsilon_rdp(q, s, t_steps, d, orders)
+  return _check_epsilon_rdp(q, s, t_steps, d, orders, margin_everywhere=margin_everywhere)
 
 
 def _from_x(kind, x):

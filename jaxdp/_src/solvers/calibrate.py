@@ -409,15 +409,15 @@ def steps(target_epsilon, delta, q, sigma, *, accountant: str = "rdp", orders=No
       acc = accountant
 
       # Under RDP, T is accepted when its ε inflated by the host checks' margin
-      # meets the target: at a huge T, ε(T) sits within ulps of the target, and
-      # the compiled batch check and a single question's path (host or
-      # compiled, 2e-13 apart) may round it to either side; the margin makes T
-      # hold on every path of jaxdp.epsilon (tests/solvers/test_steps_domain.py).
-      margin = 1.0 + (_calibrate_boundary._HOST_MARGIN if acc == "rdp" else 0.0)  # pylint: disable=protected-access
-
+      # (once, on the host and the compiled checks alike) meets the target: at a
+      # huge T, ε(T) sits within ulps of the target, and the compiled batch
+      # check and a single question's path (host or compiled, 2e-13 apart) may
+      # round it to either side; the margin makes T hold on every path of
+      # jaxdp.epsilon (tests/solvers/test_steps_domain.py).
       def feasible(T, sel):
-        e = _check_epsilon(acc, qq[idx][sel], ss[idx][sel], T, d[idx][sel], orders_checked)
-        return e * margin <= t[idx][sel]
+        e = _check_epsilon(acc, qq[idx][sel], ss[idx][sel], T, d[idx][sel], orders_checked,
+                           margin_everywhere=True)
+        return e <= t[idx][sel]
 
       out[idx] = _int_boundary(feasible, np.where(np.isfinite(guess), guess, _MAX_STEPS))
   return _as_steps(out.reshape(shape))
