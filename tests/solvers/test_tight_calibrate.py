@@ -221,3 +221,24 @@ def test_tight_epsilon_near_sigma_0026_at_delta_1e12():
     value = min(up, rdp_up)
     assert 0 < lo <= value < np.inf
     assert _gaussian_delta(value, 1 / sigma) <= 1e-12 * (1 + 1e-9)
+
+
+@pytest.mark.slow   # ~60 s: the engine's grids at 10⁶ steps
+def test_wide_engine_intervals_take_the_batched_calibration():
+  """q = 1e-4, T = 10⁶, δ = 1e-5, target 0.5: the general engine's grid leaves
+  wide certified intervals. The command answered σ = 1.004 (interval
+  [0.749, 1.004]) and q = 8.8e-5 (up to 1.3e-4), where the batched PLD
+  calibrations answer 0.953 and 1.0e-4, and raised on the steps (its grid
+  over the memory budget). Each answer now agrees with ``jaxdp.calibrate``
+  (accountant "pld") to the command's rtol and meets the target as
+  ``jaxdp epsilon`` reports it."""
+  target, delta, q, steps, sigma = 0.5, 1e-5, 1e-4, 1e6, 0.9533
+  s = _tight_calibrate.tight_sigma(target, delta, q, steps)
+  ref = float(calibrate.sigma(target, delta, q, steps, accountant="pld"))
+  assert abs(s.value / ref - 1) <= 1e-3 and _reported(q, s.value, steps, delta) <= target
+  r = _tight_calibrate.tight_sampling_rate(target, delta, sigma, steps)
+  ref = float(calibrate.sampling_rate(target, delta, sigma, steps, accountant="pld"))
+  assert abs(r.value / ref - 1) <= 1e-3 and _reported(r.value, sigma, steps, delta) <= target
+  t = _tight_calibrate.tight_steps(target, delta, q, sigma)
+  ref = int(calibrate.steps(target, delta, q, sigma, accountant="pld"))
+  assert t.value == ref and _reported(q, sigma, t.value, delta) <= target

@@ -330,26 +330,43 @@ def tight_sigma(target_epsilon, delta, q, steps, *, rtol=1e-3, grid_rtol=1e-3):
       return TightAnswer(math.inf, 0.0 if c is None else math.exp(c), math.inf)
   yf, c = _solve(u, target, delta, y0, slope, rtol, grid_rtol)
   value, lower = math.exp(yf), 0.0 if c is None else math.exp(c)
-  return TightAnswer(_narrowed(value, lower, target, delta, q, steps, rtol), lower, s_rdp)
+  return TightAnswer(_narrowed("sigma", value, lower, target, delta, q, None, steps, rtol), lower,
+                     s_rdp)
 
 
-def _narrowed(value, lower, target, delta, q, steps, rtol):
-  """σ of :func:`tight_sigma`, or the batched PLD calibration's where the
-  general engine's certified interval [lower, value] is over 1% wide and that
-  σ is smaller and meets the target as ``jaxdp epsilon`` reports it
+def _narrowed(kind, value, end, target, delta, q, sigma, steps, rtol):
+  """The answer of a tight calibration (``kind`` "sigma", "steps" or "q"), or
+  the batched PLD calibration's (``jaxdp.calibrate.<kind>(...,
+  accountant="pld")``) where the general engine's certified interval between
+  ``value`` and ``end`` is over 1% wide and that answer is better (smaller σ,
+  more steps, larger q) and meets the target as ``jaxdp epsilon`` reports it
   (:func:`jaxdp._src.accounting.rate.tight_one`, which intersects a wide
   interval with the batched path's answer the same way). At q = 1e-4,
-  T = 10⁶, δ = 1e-5, target 0.5 the engine's grid left [0.749, 1.004] and
-  the command answered σ = 1.004, where ``jaxdp.calibrate.sigma(...,
-  accountant="pld")`` answers 0.953 (ε 0.503 at σ = 0.95)."""
+  T = 10⁶, δ = 1e-5, target 0.5 the engine's grid left σ in [0.749, 1.004]
+  and the command answered σ = 1.004, where ``jaxdp.calibrate.sigma(...,
+  accountant="pld")`` answers 0.953 (ε 0.503 at σ = 0.95); at σ = 0.9533 the
+  rate was 8.8e-5 (interval up to 1.3e-4) against 1.0e-4."""
   from jaxdp._src.accounting import rate  # pylint: disable=g-import-not-at-top
   from jaxdp._src.solvers import calibrate  # pylint: disable=g-import-not-at-top
-  if not (math.isfinite(value) and lower > 0 and value / lower - 1.0 > rate._CLI_WIDE):  # pylint: disable=protected-access
+  wide = rate._CLI_WIDE   # pylint: disable=protected-access
+  if kind == "sigma":
+    if not (math.isfinite(value) and end > 0 and value / end - 1.0 > wide):
+      return value
+    batched = _quiet(lambda: calibrate.sigma(target, delta, q, steps, accountant="pld", rtol=rtol))
+    better, args = batched < value, (q, batched, steps)
+  else:
+    if not (0 < value < math.inf and (not math.isfinite(end) or end / value - 1.0 > wide)):
+      return value
+    if kind == "steps":
+      batched = _quiet(lambda: calibrate.steps(target, delta, q, sigma, accountant="pld"))
+      better, args = batched > value and batched < _MAX_STEPS, (q, sigma, batched)
+    else:
+      batched = _quiet(lambda: calibrate.sampling_rate(target, delta, sigma, steps,
+                                                       accountant="pld", rtol=rtol))
+      better, args = batched > value, (batched, sigma, steps)
+  if not better:
     return value
-  batched = _quiet(lambda: calibrate.sigma(target, delta, q, steps, accountant="pld", rtol=rtol))
-  if not batched < value:
-    return value
-  _, up, rdp_up = rate.tight_one("epsilon", q, batched, steps, delta)
+  _, up, rdp_up = rate.tight_one("epsilon", *args, delta)
   return batched if min(up, rdp_up) <= target else value
 
 
@@ -383,9 +400,20 @@ def tight_steps(target_epsilon, delta, q, sigma, *, rtol=1e-3, grid_rtol=1e-3):
     return TightAnswer(0.0, 0.0 if ev.lower(0.0) > target else math.inf, 0.0)
   t0 = max(t_rdp, 1.0)
   slope = -_rdp_slope(q, sigma, t0, delta, dt=math.exp(0.02)) / 0.02
-  yf, c = _solve(u, target, delta, -math.log(t0), slope, rtol, grid_rtol)
+  from jaxdp._src.pld import general as pld_general  # pylint: disable=g-import-not-at-top
+  try:
+    yf, c = _solve(u, target, delta, -math.log(t0), slope, rtol, grid_rtol)
+  except pld_general.GridTooLarge:
+    # The engine cannot compose that many steps within its memory budget
+    # (q = 1e-4, σ = 0.9533, target 0.5: ~10⁶ steps): the RDP answer, then the
+    # batched PLD calibration's where it is larger and meets the target as
+    # ``jaxdp epsilon`` reports it (which falls back to the batched path there
+    # too); no certified upper end.
+    return TightAnswer(_narrowed("steps", max(t_rdp, 1.0) if t_rdp > 0 else t_rdp, math.inf,
+                                 target, delta, q, sigma, None, rtol), math.inf, t_rdp)
   bound = math.inf if c is None else u.value(c) - 1.0
-  return TightAnswer(u.value(yf), bound, t_rdp)
+  return TightAnswer(_narrowed("steps", u.value(yf), bound, target, delta, q, sigma, None, rtol),
+                     bound, t_rdp)
 
 
 def tight_sampling_rate(target_epsilon, delta, sigma, steps, *, rtol=1e-3, grid_rtol=1e-3):
@@ -425,7 +453,9 @@ def tight_sampling_rate(target_epsilon, delta, sigma, steps, *, rtol=1e-3, grid_
       return TightAnswer(0.0, 1.0 if c is None else u.value(c), 0.0)
     y0, slope = hi, -1.0
   yf, c = _solve(u, target, delta, y0, slope, rtol, grid_rtol)
-  return TightAnswer(u.value(yf), 1.0 if c is None else u.value(c), q_rdp)
+  upper = 1.0 if c is None else u.value(c)
+  return TightAnswer(_narrowed("q", u.value(yf), upper, target, delta, None, sigma, steps, rtol),
+                     upper, q_rdp)
 
 
 # --------------------------------------------------------------------------
