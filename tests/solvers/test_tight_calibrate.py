@@ -242,3 +242,16 @@ def test_wide_engine_intervals_take_the_batched_calibration():
   t = _tight_calibrate.tight_steps(target, delta, q, sigma)
   ref = int(calibrate.steps(target, delta, q, sigma, accountant="pld"))
   assert t.value == ref and _reported(q, sigma, t.value, delta) <= target
+
+
+@pytest.mark.slow   # ~5 s
+def test_pld_bracket_left_open_is_closed_by_bisection():
+  """calibrate.sigma(accountant="pld") at δ = 0.78, q = 0.0019, T = 7483: the
+  PLD ε is 0 down to 0.996σ of the old answer and meets the target near
+  0.9905σ; the bracket's secant rounds (on log ε) ran out with the answer 1%
+  loose (0.35746). The open bracket is now bisected on feasibility."""
+  q, steps, delta, target = 0.0018889870801956524, 7483.0, 0.783358933916895, 0.053144524734811974
+  s = float(calibrate.sigma(target, delta, q, steps, accountant="pld"))
+  eps = lambda x: float(_rate.epsilon(q, x, steps, delta, accountant="pld"))
+  assert eps(s) <= target
+  assert eps(s * (1 - 2e-3)) > target, s
