@@ -32,6 +32,7 @@ _SCRIPT = textwrap.dedent("""
     before = jax.config.jax_compilation_cache_dir
     d = profiles.sampled_gaussian(epsilon=[0.5, 1.0, 2.0], q=0.01, sigma=1.1)
     print(json.dumps({"d": [float(x).hex() for x in d], "compile_s": sum(compile_s),
+                      "largest_s": max(compile_s, default=0.0),
                       "config_kept": jax.config.jax_compilation_cache_dir == before}))
 """)
 
@@ -58,7 +59,11 @@ def test_a_later_process_loads_instead_of_compiling(tmp_path):
   assert stored, "the first process stored no executable"
   second = _run(tmp_path)
   assert second["d"] == first["d"]                       # bit-identical answers
-  assert second["compile_s"] < 0.25 * first["compile_s"]  # nothing big compiled again
+  # Nothing big compiled again: the largest compilation of the second process
+  # (small eager ops only) against the first's (the kernel). The total was
+  # compared before (< 1/4), and failed on a fast machine where the small ops'
+  # ~0.15 s reached a quarter of the first's 0.6 s.
+  assert second["largest_s"] < 0.5 * first["largest_s"], (first, second)
   assert _entries(tmp_path / "executables") == stored
   assert first["config_kept"] and second["config_kept"]
   # A broken entry is recompiled (same answer) and rewritten.
@@ -66,7 +71,7 @@ def test_a_later_process_loads_instead_of_compiling(tmp_path):
     with open(path, "wb") as f:
       f.write(b"not an executable")
   third = _run(tmp_path)
-  assert third["d"] == first["d"] and third["compile_s"] > 0.25 * first["compile_s"]
+  assert third["d"] == first["d"] and third["largest_s"] > 0.5 * first["largest_s"]
   assert all(os.path.getsize(p) > 100 for p in stored)
 
 
