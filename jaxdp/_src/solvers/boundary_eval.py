@@ -29,7 +29,9 @@ from jaxdp._src.core import persist
 SIGMA_RANGE = (1e-3, 1e7)
 #: Smallest sampling rate searched; below it ``sampling_rate`` returns 0.
 MIN_SAMPLING_RATE = 1e-12
-_MAX_STEPS = float(2**53)   # jaxdp.calibrate.MAX_STEPS
+#: The largest number of steps (jaxdp.calibrate.MAX_STEPS).
+MAX_STEPS = 2**53
+_MAX_STEPS = float(MAX_STEPS)
 
 _CHUNK = 256           # configurations per jitted call (fixed: one compile)
 _SMALL = 16            # chunk for small calls (single configurations, CLI)

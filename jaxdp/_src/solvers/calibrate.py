@@ -85,7 +85,7 @@ MIN_SAMPLING_RATE = _calibrate_boundary.MIN_SAMPLING_RATE
 #: The largest number of steps jaxdp accepts, 2**53 (every whole number up to it
 #: is exact in float64; larger step counts are refused with a ValueError).
 #: :func:`steps` returns it where every number of steps fits.
-MAX_STEPS = 2**53
+MAX_STEPS = _calibrate_boundary.MAX_STEPS
 _MAX_STEPS = float(MAX_STEPS)
 
 

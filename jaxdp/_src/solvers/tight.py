@@ -41,6 +41,7 @@ import numpy as np
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.core import roots_scalar
 from jaxdp._src.mechanisms.registry import poisson_phases
+from jaxdp._src.solvers.boundary_eval import MAX_STEPS
 
 _COARSE_GRID = 1e-2     # pld_general rtol of the probes far from the root
 _SWITCH = 2e-2          # |g| below which the coarse probes stop
@@ -48,7 +49,7 @@ _MAX_COARSE = 6
 _MAX_FINE = 24
 _SECANT_FINE = 6        # fine probes steered by the secant before pure bisection
 _G_INF = 50.0           # g of an infinite ε (δ not certifiable there)
-_MAX_STEPS = 2.0**53
+_MAX_STEPS = float(MAX_STEPS)
 
 
 class TightAnswer(NamedTuple):
@@ -409,8 +410,8 @@ def tight_steps(target_epsilon, delta, q, sigma, *, rtol=1e-3, grid_rtol=1e-3):
     # batched PLD calibration's where it is larger and meets the target as
     # ``jaxdp epsilon`` reports it (which falls back to the batched path there
     # too); no certified upper end.
-    return TightAnswer(_narrowed("steps", max(t_rdp, 1.0) if t_rdp > 0 else t_rdp, math.inf,
-                                 target, delta, q, sigma, None, rtol), math.inf, t_rdp)
+    return TightAnswer(_narrowed("steps", t_rdp, math.inf, target, delta, q, sigma, None, rtol),
+                       math.inf, t_rdp)
   bound = math.inf if c is None else u.value(c) - 1.0
   return TightAnswer(_narrowed("steps", u.value(yf), bound, target, delta, q, sigma, None, rtol),
                      bound, t_rdp)
