@@ -216,6 +216,23 @@ def _inf_mass(pmfs, counts, side):
   return math.exp(lm) * math.expm1(lr)
 
 
+def _full_window(pess, counts, h, kappa):
+  """The context of a composition and the index window [bot, top] of the
+  full product (Chernoff, clipped to the support) that :func:`compose`
+  checks against ``MAX_WINDOW``."""
+  ctx = _Ctx(pess, h, kappa / max(1, 2 * _n_convs(counts)))
+  cv = np.asarray(counts, np.float64)
+  bot, top = ctx.window(cv, 0.0)
+  return ctx, max(bot, int(_dot(cv, ctx.lo))), min(top, int(_dot(cv, ctx.hi)))
+
+
+def window_width(pess, counts, h, kappa):
+  """Width in loss units of the composed window of the pessimistic PMFs
+  ``pess`` on grid h (what :func:`compose` would need, times h)."""
+  _, bot, top = _full_window(pess, counts, h, kappa)
+  return (top - bot + 1) * h
+
+
 def compose(pmfs, counts, h, kappa, focus, sides=(0, 1)):
   """Composes one direction; ``pmfs`` are (pessimistic, optimistic) per phase.
 
@@ -223,10 +240,8 @@ def compose(pmfs, counts, h, kappa, focus, sides=(0, 1)):
   side left out comes back as None. The pessimistic result does not depend on
   whether the optimistic side is composed (same grid, tilt and cuts)."""
   k = len(counts)
-  ctx = _Ctx([pp for pp, _ in pmfs], h, kappa / max(1, 2 * _n_convs(counts)))
+  ctx, bot, top = _full_window([pp for pp, _ in pmfs], counts, h, kappa)
   cv = np.asarray(counts, np.float64)
-  bot, top = ctx.window(cv, 0.0)
-  bot, top = max(bot, int(_dot(cv, ctx.lo))), min(top, int(_dot(cv, ctx.hi)))
   if top - bot + 1 > MAX_WINDOW:
     raise TooLarge(top - bot + 1, MAX_WINDOW)
   ctx.choose_tilt(cv, max_lam=600.0 / max((top - bot + 1) * h, 1e-300), **focus)
