@@ -83,8 +83,9 @@ def _next_fast_len(n):
 class _Ctx:
   """Per-direction composition context: one-step log-MGFs, κ per cut, the tilt λ."""
 
-  def __init__(self, pess, h, kappa_cut):
+  def __init__(self, pess, h, kappa_cut, lambdas=_LAMBDAS):
     self.h = h
+    self.lambdas = lambdas
     self.log_kappa = math.log(kappa_cut)
     self.kappa_cut = kappa_cut
     self.cut_mass = 0.0
@@ -100,8 +101,8 @@ class _Ctx:
       bot = (pmf.lo + np.arange(nb) * b) * h
       with np.errstate(divide="ignore"):
         lmass = np.log(mass)
-      lm_pos.append(sps.logsumexp(lmass + _LAMBDAS[:, None] * top, axis=1))
-      lm_neg.append(sps.logsumexp(lmass - _LAMBDAS[:, None] * bot, axis=1))
+      lm_pos.append(sps.logsumexp(lmass + lambdas[:, None] * top, axis=1))
+      lm_neg.append(sps.logsumexp(lmass - lambdas[:, None] * bot, axis=1))
       lo.append(pmf.lo)
       hi.append(pmf.lo + n - 1)
     self.lm_pos, self.lm_neg = np.array(lm_pos), np.array(lm_neg)
@@ -111,8 +112,8 @@ class _Ctx:
   def window(self, cvec, off):
     """Index window (grid off + i·h) outside which the exact partial product
     of the pessimistic PMFs has <= κ per tail (Chernoff)."""
-    a = np.min((_dot(cvec, self.lm_pos) - self.log_kappa) / _LAMBDAS)
-    b = np.max((self.log_kappa - _dot(cvec, self.lm_neg)) / _LAMBDAS)
+    a = np.min((_dot(cvec, self.lm_pos) - self.log_kappa) / self.lambdas)
+    b = np.max((self.log_kappa - _dot(cvec, self.lm_neg)) / self.lambdas)
     top = math.ceil((a - off) / self.h) if math.isfinite(a) else 2 ** 62
     bot = math.floor((b - off) / self.h) - 1 if math.isfinite(b) else -2 ** 62
     return bot, max(top, bot)
@@ -123,14 +124,14 @@ class _Ctx:
     below 600 so that the tilted window does not underflow."""
     lm = _dot(cvec, self.lm_pos)
     if log_delta is not None:
-      score = (lm - log_delta) / _LAMBDAS     # Chernoff ε at the target δ
+      score = (lm - log_delta) / self.lambdas     # Chernoff ε at the target δ
     elif math.isfinite(eps):
-      score = lm - _LAMBDAS * eps             # Chernoff log δ at the smallest ε
+      score = lm - self.lambdas * eps             # Chernoff log δ at the smallest ε
     else:
       score = np.full(lm.shape, np.inf)
-    score = np.where(np.isfinite(score) & (_LAMBDAS <= max_lam), score, np.inf)
+    score = np.where(np.isfinite(score) & (self.lambdas <= max_lam), score, np.inf)
     i = int(np.argmin(score))
-    self.lam = float(_LAMBDAS[i]) if (np.isfinite(score[i]) and (log_delta is not None or score[i] < 0)) else 0.0
+    self.lam = float(self.lambdas[i]) if (np.isfinite(score[i]) and (log_delta is not None or score[i] < 0)) else 0.0
 
 
 def _l2(x):
@@ -216,20 +217,23 @@ def _inf_mass(pmfs, counts, side):
   return math.exp(lm) * math.expm1(lr)
 
 
-def _full_window(pess, counts, h, kappa):
+def _full_window(pess, counts, h, kappa, lambdas=_LAMBDAS):
   """The context of a composition and the index window [bot, top] of the
-  full product (Chernoff, clipped to the support) that :func:`compose`
-  checks against ``MAX_WINDOW``."""
-  ctx = _Ctx(pess, h, kappa / max(1, 2 * _n_convs(counts)))
+  full product (Chernoff over ``lambdas``, clipped to the support) that
+  :func:`compose` checks against ``MAX_WINDOW``."""
+  ctx = _Ctx(pess, h, kappa / max(1, 2 * _n_convs(counts)), lambdas)
   cv = np.asarray(counts, np.float64)
   bot, top = ctx.window(cv, 0.0)
   return ctx, max(bot, int(_dot(cv, ctx.lo))), min(top, int(_dot(cv, ctx.hi)))
 
 
-def window_width(pess, counts, h, kappa):
+def window_width(pess, counts, h, kappa, every=1):
   """Width in loss units of the composed window of the pessimistic PMFs
-  ``pess`` on grid h (what :func:`compose` would need, times h)."""
-  _, bot, top = _full_window(pess, counts, h, kappa)
+  ``pess`` on grid h (what :func:`compose` would need, times h), with the
+  Chernoff bounds taken over every ``every``-th λ of compose's grid (fewer
+  λ: a cheaper, slightly wider window; every 4th, consecutive λ 1.34x
+  apart, widens a Gaussian-like edge's deviation term by <= 4.5%)."""
+  _, bot, top = _full_window(pess, counts, h, kappa, _LAMBDAS[::every])
   return (top - bot + 1) * h
 
 
