@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from jax import monitoring
 
-from jaxdp import calibrate, pld_general
+from jaxdp import calibrate, pld, pld_general
 from jaxdp._src.accounting import rate as _rate
 from jaxdp._src.solvers import tight as _tight_calibrate
 from reference import ref_sampled_gaussian_delta
@@ -242,6 +242,11 @@ def test_wide_engine_intervals_take_the_batched_calibration():
   t = _tight_calibrate.tight_steps(target, delta, q, sigma)
   ref = int(calibrate.steps(target, delta, q, sigma, accountant="pld"))
   assert t.value == ref and _reported(q, sigma, t.value, delta) <= target
+  # The certified upper end comes from the batched kernel's certified lower
+  # bounds (it was the trivial 2**53): one more step is certainly over.
+  assert t.value <= t.bound <= 1.01 * t.value, t
+  lower = pld.epsilon(q, sigma, t.bound + 1, delta, return_bounds=True)[0]
+  assert float(lower) > target
 
 
 @pytest.mark.slow   # ~5 s

@@ -409,12 +409,37 @@ def tight_steps(target_epsilon, delta, q, sigma, *, rtol=1e-3, grid_rtol=1e-3):
     # (q = 1e-4, σ = 0.9533, target 0.5: ~10⁶ steps): the RDP answer, then the
     # batched PLD calibration's where it is larger and meets the target as
     # ``jaxdp epsilon`` reports it (which falls back to the batched path there
-    # too); no certified upper end.
-    return TightAnswer(_narrowed("steps", t_rdp, math.inf, target, delta, q, sigma, None, rtol),
-                       math.inf, t_rdp)
+    # too); the certified upper end from the batched kernel's lower bounds.
+    value = _narrowed("steps", t_rdp, math.inf, target, delta, q, sigma, None, rtol)
+    return TightAnswer(value, _steps_over(value, target, delta, q, sigma), t_rdp)
   bound = math.inf if c is None else u.value(c) - 1.0
   return TightAnswer(_narrowed("steps", u.value(yf), bound, target, delta, q, sigma, None, rtol),
                      bound, t_rdp)
+
+
+# Step counts tried above an answer for a certified upper end (one batch).
+_OVER_FACTORS = (1.0005, 1.002, 1.01, 1.05, 1.25, 2.0, 8.0, 64.0)
+
+
+def _steps_over(value, target, delta, q, sigma):
+  """A certified upper end on the exact largest number of steps, from the
+  batched PLD kernel's certified lower ε bounds (``jaxdp.pld``): the smallest
+  of a few step counts above ``value`` whose lower bound exceeds the target,
+  minus one (ε is non-decreasing in T, so no larger count fits either); 2⁵³
+  (``MAX_STEPS``) where none does or the kernel cannot compose them."""
+  from jaxdp._src.pld import kernel as pld_kernel  # pylint: disable=g-import-not-at-top
+  tries = np.unique(np.minimum(np.ceil(max(value, 1.0) * np.array(_OVER_FACTORS)), _MAX_STEPS))
+  tries = tries[tries > value]
+  if not tries.size:
+    return _MAX_STEPS
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", RuntimeWarning)
+      lower = pld_kernel.epsilon(q, sigma, tries, delta, return_bounds=True)[0]
+  except ValueError:
+    return _MAX_STEPS
+  over = tries[np.asarray(lower) > target]
+  return float(over.min() - 1.0) if over.size else _MAX_STEPS
 
 
 def tight_sampling_rate(target_epsilon, delta, sigma, steps, *, rtol=1e-3, grid_rtol=1e-3):
