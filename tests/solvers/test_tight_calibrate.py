@@ -242,11 +242,37 @@ def test_wide_engine_intervals_take_the_batched_calibration():
   t = _tight_calibrate.tight_steps(target, delta, q, sigma)
   ref = int(calibrate.steps(target, delta, q, sigma, accountant="pld"))
   assert t.value == ref and _reported(q, sigma, t.value, delta) <= target
-  # The certified upper end comes from the batched kernel's certified lower
-  # bounds (it was the trivial 2**53): one more step is certainly over.
+  # The certified other ends come from the batched kernel's certified lower
+  # bounds (they were the engine's σ >= 0.749, q <= 1.3e-4 and the trivial
+  # 2**53 steps): one step past each end certainly overspends.
+  assert 0.99 * s.value <= s.bound <= s.value, s
+  assert r.value <= r.bound <= 1.01 * r.value, r
   assert t.value <= t.bound <= 1.01 * t.value, t
-  lower = pld.epsilon(q, sigma, t.bound + 1, delta, return_bounds=True)[0]
-  assert float(lower) > target
+  for args in ((q, s.bound, steps), (r.bound, sigma, steps), (q, sigma, t.bound + 1)):
+    assert float(pld.epsilon(*args, delta, return_bounds=True)[0]) > target, args
+
+
+@pytest.mark.parametrize("kind", ["sigma", "q", "steps"])
+def test_kernel_end_is_certified_and_close(kind):
+  """The certified end read from the batched kernel's lower bounds
+  (tight_ends.kernel_end): inside the given (far) end and the answer, and
+  the kernel's certified lower ε there is over the target, so the exact
+  answer lies beyond it; a near end is kept as it is."""
+  from jaxdp._src.solvers import tight_ends  # pylint: disable=g-import-not-at-top
+  q, sigma, steps, delta = 0.01, 1.0, 1000.0, 1e-5
+  target = float(pld.epsilon(q, sigma, steps, delta))   # the answer is (q, σ, T) itself
+  value, far, near = {"sigma": (sigma, 0.5, 0.999), "q": (q, 0.02, 0.01005),
+                      "steps": (steps, 2000.0, 1005.0)}[kind]
+  other = dict(q=None if kind == "q" else q, sigma=None if kind == "sigma" else sigma,
+               steps=None if kind == "steps" else steps)
+  end = tight_ends.kernel_end(kind, value, far, target, delta, **other)
+  assert tight_ends.kernel_end(kind, value, near, target, delta, **other) == near
+  past = dict(sigma=(q, end, steps), q=(end, sigma, steps), steps=(q, sigma, end + 1))[kind]
+  assert float(pld.epsilon(*past, delta, return_bounds=True)[0]) > target
+  if kind == "sigma":
+    assert far < end < value and end >= 0.99 * value
+  else:   # T + 1 = 1001 steps already overspend: the end is T itself
+    assert value <= end < far and end <= 1.01 * value
 
 
 @pytest.mark.slow   # ~5 s

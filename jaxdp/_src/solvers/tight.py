@@ -41,6 +41,7 @@ import numpy as np
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.core import roots_scalar
 from jaxdp._src.mechanisms.registry import poisson_phases
+from jaxdp._src.solvers.tight_ends import _quiet, kernel_end, narrowed
 from jaxdp._src.solvers.boundary_eval import MAX_STEPS
 
 _COARSE_GRID = 1e-2     # pld_general rtol of the probes far from the root
@@ -284,12 +285,6 @@ def _validate(target_epsilon, delta, rtol, grid_rtol, **named):
   return tuple(float(np.asarray(a, np.float64)) for a in (target_epsilon, delta))
 
 
-def _quiet(fn, *args):
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore", RuntimeWarning)
-    return float(fn(*args))
-
-
 def tight_sigma(target_epsilon, delta, q, steps, *, rtol=1e-3, grid_rtol=1e-3):
   """Smallest σ whose tight ε (as ``jaxdp epsilon`` reports it) meets a target.
 
@@ -331,44 +326,9 @@ def tight_sigma(target_epsilon, delta, q, steps, *, rtol=1e-3, grid_rtol=1e-3):
       return TightAnswer(math.inf, 0.0 if c is None else math.exp(c), math.inf)
   yf, c = _solve(u, target, delta, y0, slope, rtol, grid_rtol)
   value, lower = math.exp(yf), 0.0 if c is None else math.exp(c)
-  return TightAnswer(_narrowed("sigma", value, lower, target, delta, q, None, steps, rtol), lower,
+  value = narrowed("sigma", value, lower, target, delta, q, None, steps, rtol)
+  return TightAnswer(value, kernel_end("sigma", value, lower, target, delta, q, None, steps),
                      s_rdp)
-
-
-def _narrowed(kind, value, end, target, delta, q, sigma, steps, rtol):
-  """The answer of a tight calibration (``kind`` "sigma", "steps" or "q"), or
-  the batched PLD calibration's (``jaxdp.calibrate.<kind>(...,
-  accountant="pld")``) where the general engine's certified interval between
-  ``value`` and ``end`` is over 1% wide and that answer is better (smaller σ,
-  more steps, larger q) and meets the target as ``jaxdp epsilon`` reports it
-  (:func:`jaxdp._src.accounting.rate.tight_one`, which intersects a wide
-  interval with the batched path's answer the same way). At q = 1e-4,
-  T = 10⁶, δ = 1e-5, target 0.5 the engine's grid left σ in [0.749, 1.004]
-  and the command answered σ = 1.004, where ``jaxdp.calibrate.sigma(...,
-  accountant="pld")`` answers 0.953 (ε 0.503 at σ = 0.95); at σ = 0.9533 the
-  rate was 8.8e-5 (interval up to 1.3e-4) against 1.0e-4."""
-  from jaxdp._src.accounting import rate  # pylint: disable=g-import-not-at-top
-  from jaxdp._src.solvers import calibrate  # pylint: disable=g-import-not-at-top
-  wide = rate._CLI_WIDE   # pylint: disable=protected-access
-  if kind == "sigma":
-    if not (math.isfinite(value) and end > 0 and value / end - 1.0 > wide):
-      return value
-    batched = _quiet(lambda: calibrate.sigma(target, delta, q, steps, accountant="pld", rtol=rtol))
-    better, args = batched < value, (q, batched, steps)
-  else:
-    if not (0 < value < math.inf and (not math.isfinite(end) or end / value - 1.0 > wide)):
-      return value
-    if kind == "steps":
-      batched = _quiet(lambda: calibrate.steps(target, delta, q, sigma, accountant="pld"))
-      better, args = batched > value and batched < _MAX_STEPS, (q, sigma, batched)
-    else:
-      batched = _quiet(lambda: calibrate.sampling_rate(target, delta, sigma, steps,
-                                                       accountant="pld", rtol=rtol))
-      better, args = batched > value, (batched, sigma, steps)
-  if not better:
-    return value
-  _, up, rdp_up = rate.tight_one("epsilon", *args, delta)
-  return batched if min(up, rdp_up) <= target else value
 
 
 def tight_steps(target_epsilon, delta, q, sigma, *, rtol=1e-3, grid_rtol=1e-3):
@@ -410,36 +370,13 @@ def tight_steps(target_epsilon, delta, q, sigma, *, rtol=1e-3, grid_rtol=1e-3):
     # batched PLD calibration's where it is larger and meets the target as
     # ``jaxdp epsilon`` reports it (which falls back to the batched path there
     # too); the certified upper end from the batched kernel's lower bounds.
-    value = _narrowed("steps", t_rdp, math.inf, target, delta, q, sigma, None, rtol)
-    return TightAnswer(value, _steps_over(value, target, delta, q, sigma), t_rdp)
+    value = narrowed("steps", t_rdp, math.inf, target, delta, q, sigma, None, rtol)
+    return TightAnswer(value, kernel_end("steps", value, math.inf, target, delta, q, sigma, None),
+                       t_rdp)
   bound = math.inf if c is None else u.value(c) - 1.0
-  return TightAnswer(_narrowed("steps", u.value(yf), bound, target, delta, q, sigma, None, rtol),
-                     bound, t_rdp)
-
-
-# Step counts tried above an answer for a certified upper end (one batch).
-_OVER_FACTORS = (1.0005, 1.002, 1.01, 1.05, 1.25, 2.0, 8.0, 64.0)
-
-
-def _steps_over(value, target, delta, q, sigma):
-  """A certified upper end on the exact largest number of steps, from the
-  batched PLD kernel's certified lower ε bounds (``jaxdp.pld``): the smallest
-  of a few step counts above ``value`` whose lower bound exceeds the target,
-  minus one (ε is non-decreasing in T, so no larger count fits either); 2⁵³
-  (``MAX_STEPS``) where none does or the kernel cannot compose them."""
-  from jaxdp._src.pld import kernel as pld_kernel  # pylint: disable=g-import-not-at-top
-  tries = np.unique(np.minimum(np.ceil(max(value, 1.0) * np.array(_OVER_FACTORS)), _MAX_STEPS))
-  tries = tries[tries > value]
-  if not tries.size:
-    return _MAX_STEPS
-  try:
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore", RuntimeWarning)
-      lower = pld_kernel.epsilon(q, sigma, tries, delta, return_bounds=True)[0]
-  except ValueError:
-    return _MAX_STEPS
-  over = tries[np.asarray(lower) > target]
-  return float(over.min() - 1.0) if over.size else _MAX_STEPS
+  value = narrowed("steps", u.value(yf), bound, target, delta, q, sigma, None, rtol)
+  return TightAnswer(value, kernel_end("steps", value, bound, target, delta, q, sigma, None),
+                     t_rdp)
 
 
 def tight_sampling_rate(target_epsilon, delta, sigma, steps, *, rtol=1e-3, grid_rtol=1e-3):
@@ -480,8 +417,9 @@ def tight_sampling_rate(target_epsilon, delta, sigma, steps, *, rtol=1e-3, grid_
     y0, slope = hi, -1.0
   yf, c = _solve(u, target, delta, y0, slope, rtol, grid_rtol)
   upper = 1.0 if c is None else u.value(c)
-  return TightAnswer(_narrowed("q", u.value(yf), upper, target, delta, None, sigma, steps, rtol),
-                     upper, q_rdp)
+  value = narrowed("q", u.value(yf), upper, target, delta, None, sigma, steps, rtol)
+  return TightAnswer(value, kernel_end("q", value, upper, target, delta, None, sigma, steps),
+                     q_rdp)
 
 
 # --------------------------------------------------------------------------
