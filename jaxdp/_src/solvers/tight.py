@@ -41,8 +41,8 @@ import numpy as np
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.core import roots_scalar
 from jaxdp._src.mechanisms.registry import poisson_phases
-from jaxdp._src.solvers.tight_ends import _quiet, kernel_end, narrowed
 from jaxdp._src.solvers.boundary_eval import MAX_STEPS
+from jaxdp._src.solvers.tight_ends import _quiet, settled
 
 _COARSE_GRID = 1e-2     # pld_general rtol of the probes far from the root
 _SWITCH = 2e-2          # |g| below which the coarse probes stop
@@ -325,9 +325,8 @@ def tight_sigma(target_epsilon, delta, q, steps, *, rtol=1e-3, grid_rtol=1e-3):
       c = _certified_end(ev, target, hi, -math.log1p(-rtol))
       return TightAnswer(math.inf, 0.0 if c is None else math.exp(c), math.inf)
   yf, c = _solve(u, target, delta, y0, slope, rtol, grid_rtol)
-  value, lower = math.exp(yf), 0.0 if c is None else math.exp(c)
-  value = narrowed("sigma", value, lower, target, delta, q, None, steps, rtol)
-  return TightAnswer(value, kernel_end("sigma", value, lower, target, delta, q, None, steps),
+  lower = 0.0 if c is None else math.exp(c)
+  return TightAnswer(*settled("sigma", math.exp(yf), lower, target, delta, q, None, steps, rtol),
                      s_rdp)
 
 
@@ -370,12 +369,10 @@ def tight_steps(target_epsilon, delta, q, sigma, *, rtol=1e-3, grid_rtol=1e-3):
     # batched PLD calibration's where it is larger and meets the target as
     # ``jaxdp epsilon`` reports it (which falls back to the batched path there
     # too); the certified upper end from the batched kernel's lower bounds.
-    value = narrowed("steps", t_rdp, math.inf, target, delta, q, sigma, None, rtol)
-    return TightAnswer(value, kernel_end("steps", value, math.inf, target, delta, q, sigma, None),
+    return TightAnswer(*settled("steps", t_rdp, math.inf, target, delta, q, sigma, None, rtol),
                        t_rdp)
   bound = math.inf if c is None else u.value(c) - 1.0
-  value = narrowed("steps", u.value(yf), bound, target, delta, q, sigma, None, rtol)
-  return TightAnswer(value, kernel_end("steps", value, bound, target, delta, q, sigma, None),
+  return TightAnswer(*settled("steps", u.value(yf), bound, target, delta, q, sigma, None, rtol),
                      t_rdp)
 
 
@@ -417,8 +414,7 @@ def tight_sampling_rate(target_epsilon, delta, sigma, steps, *, rtol=1e-3, grid_
     y0, slope = hi, -1.0
   yf, c = _solve(u, target, delta, y0, slope, rtol, grid_rtol)
   upper = 1.0 if c is None else u.value(c)
-  value = narrowed("q", u.value(yf), upper, target, delta, None, sigma, steps, rtol)
-  return TightAnswer(value, kernel_end("q", value, upper, target, delta, None, sigma, steps),
+  return TightAnswer(*settled("q", u.value(yf), upper, target, delta, None, sigma, steps, rtol),
                      q_rdp)
 
 

@@ -82,23 +82,23 @@ def kernel_end(kind, value, end, target, delta, q, sigma, steps):
   from jaxdp._src.accounting import rate  # pylint: disable=g-import-not-at-top
   from jaxdp._src.pld import kernel as pld_kernel  # pylint: disable=g-import-not-at-top
   f = np.array(_END_STEPS)
-  wide = 1.0 + rate._CLI_WIDE   # pylint: disable=protected-access
+  near = 1.0 + rate._CLI_WIDE   # pylint: disable=protected-access
   if not 0.0 < value < math.inf:
     return end
   if kind == "sigma":
-    if end * wide >= value:
+    if end * near >= value:
       return end
     tries = value / (1.0 + f)
     tries = tries[tries > end]
     args = (q, tries, steps)
   elif kind == "q":
-    if value * wide >= end:
+    if value * near >= end:
       return end
     tries = np.unique(np.minimum(value * (1.0 + f), 1.0))
     tries = tries[tries < end]
     args = (tries, sigma, steps)
   else:
-    if value * wide >= end:
+    if value * near >= end:
       return end
     tries = np.unique(np.minimum(np.ceil(value * (1.0 + f)), _MAX_STEPS))
     tries = tries[(tries > value) & (tries - 1.0 < end)]
@@ -117,3 +117,11 @@ def kernel_end(kind, value, end, target, delta, q, sigma, steps):
   if kind == "sigma":
     return float(max(end, over.max()))
   return float(min(end, over.min() - (1.0 if kind == "steps" else 0.0)))
+
+
+def settled(kind, value, end, target, delta, q, sigma, steps, rtol):
+  """``(answer, certified end)`` of a tight calibration from the general
+  engine's ``value`` and ``end``: :func:`narrowed`, then :func:`kernel_end`
+  at the answer it keeps."""
+  value = narrowed(kind, value, end, target, delta, q, sigma, steps, rtol)
+  return value, kernel_end(kind, value, end, target, delta, q, sigma, steps)
