@@ -44,13 +44,18 @@ ITERATIONS = 22
 _INV_PHI = (math.sqrt(5.0) - 1.0) / 2.0
 
 
-def _value(kind, method, nodes, q, sigma, steps, x, alpha, xp=jnp):
-  """Converted ε (or δ) of T steps at one order per configuration (rounded up)."""
-  per = rdp.quadrature_rdp(q, sigma, alpha, nodes, xp)
+def _converted(kind, method, steps, x, alpha, per, xp=jnp):
+  """Converted ε (or δ) of T steps of per-step RDP ``per`` at orders ``alpha``."""
   total = (steps * per)[:, None]
   if kind == "epsilon":
     return rdp_convert.to_epsilon_xp(total, alpha[:, None], x, method, xp)[0]
   return rdp_convert.to_delta_xp(total, alpha[:, None], x, xp)
+
+
+def _parts(kind, method, nodes, q, sigma, steps, x, xp=jnp):
+  """The per-step RDP (quadrature, rounded up) and conversion of :func:`golden_section`."""
+  per_step = lambda alpha: rdp.quadrature_rdp(q, sigma, alpha, nodes, xp)
+  return per_step, functools.partial(_converted, kind, method, steps, x, xp=xp)
 
 
 @functools.partial(persist.jit, static_argnames=("kind", "method", "nodes", "iterations",
@@ -72,18 +77,54 @@ def golden_minimum(q, sigma, steps, x, lo, hi, *, kind, method, nodes, iteration
     The smallest value evaluated, per configuration (a valid bound for each);
     with ``with_argmin``, ``(value, order)``.
   """
-  f = functools.partial(_value, kind, method, nodes, q, sigma, steps, x)
-  return golden_section(f, lo, hi, iterations, with_argmin)
+  value, order, _ = golden_section(*_parts(kind, method, nodes, q, sigma, steps, x), lo, hi,
+                                   iterations, with_argmin)
+  return (value, order) if with_argmin else value
 
 
-def golden_section(f, lo, hi, iterations, with_argmin, xp=jnp):
-  """The loop of :func:`golden_minimum` for a value function ``f(alpha)`` on
-  either array namespace (``jnp``: traced; ``numpy``: the host path).
+@functools.partial(persist.jit, static_argnames=("kind", "method", "nodes"))
+def chunk_quadrature(q, sigma, steps, x, lo, hi, alpha, exact, *, kind, method, nodes):
+  """The one quadrature program of a compiled chunk of the RDP driver.
+
+  A chunk needs the quadrature twice: at (configuration, order) pairs of its
+  order search (:mod:`jaxdp._src.kernels.order_search`) and in the golden
+  section between orders (:func:`refine`). Both run through this program:
+  the RDP kernel appears once in it, so a chunk size compiles one program
+  (~1.1 s on the 2-core CPU) instead of the golden section's and the pair
+  kernel's (~1.1 + 0.7 s, the pair kernel at two batch sizes).
+
+  Args:
+    q, sigma, steps, x, lo, hi: as in :func:`golden_minimum` (flat arrays).
+    alpha: orders for ``exact``, one per configuration.
+    exact: traced bool scalar: True evaluates the per-step RDP at ``alpha``
+      (one evaluation); False runs :func:`golden_minimum` with its argmin.
+    kind, method, nodes: as in :func:`golden_minimum`.
+
+  Returns:
+    ``(value, order, per_step)``: with ``exact``, ``per_step`` is the
+    rounded-up per-step RDP at ``alpha`` (the rest unused); otherwise
+    golden_minimum's ``(value, order)`` (``per_step`` unused).
+  """
+  per_step, convert = _parts(kind, method, nodes, q, sigma, steps, x)
+  return golden_section(per_step, convert, lo, hi, ITERATIONS, True, exact=(alpha, exact))
+
+
+def golden_section(per_step, convert, lo, hi, iterations, with_argmin, xp=jnp, exact=None):
+  """The loop of :func:`golden_minimum` for the converted value
+  ``convert(alpha, per_step(alpha))`` on either array namespace (``jnp``:
+  traced; ``numpy``: the host path).
 
   Besides the golden-section points, the two ends of the bracket are
   evaluated (the last two loop steps): where the minimiser is an end (the
   bracket beyond the grid's largest or smallest order, e.g. tiny ε at
   δ = 1e-12 wants α ≥ 8192) the interior points only approach it.
+
+  ``exact``: ``(alpha, on)``; where ``on`` (a traced bool) holds, the loop
+  takes one step, at ``alpha`` itself (:func:`chunk_quadrature`).
+
+  Returns:
+    ``(value, order, per_step at the last point evaluated)``; the order is
+    ``None`` unless ``with_argmin``.
   """
   a = xp.log(lo - 1.0)
   b = xp.log(hi - 1.0)
@@ -97,14 +138,18 @@ def golden_section(f, lo, hi, iterations, with_argmin, xp=jnp):
   # appears once in the compiled program (three copies compiled ~3x longer,
   # ~3 s on the 2-core CPU).
   def body(i, s):
-    a, b, c, d, fc, fd, best, arg = s
+    a, b, c, d, fc, fd, best, arg, _ = s
     left = fc <= fd   # the minimiser is in [a, d]
     a2 = xp.where(left, a, c)
     b2 = xp.where(left, d, b)
     new = xp.where(left, b2 - _INV_PHI * (b2 - a2), a2 + _INV_PHI * (b2 - a2))
     point = xp.where(i == 0, c, xp.where(i == 1, d, new))
     point = xp.where(i == last, b0, xp.where(i == last + 1, a0, point))
-    fn = f(1.0 + xp.exp(point))
+    alpha = 1.0 + xp.exp(point)
+    # With ``exact`` only the per-step value is used (the conversion of the
+    # golden point's alpha keeps its compiled form, and its answers' bits).
+    per = per_step(alpha if exact is None else xp.where(exact[1], exact[0], alpha))
+    fn = convert(alpha, per)
     golden = (i >= 2) & (i < last)
     a3, b3 = xp.where(golden, a2, a), xp.where(golden, b2, b)
     c3 = xp.where(golden, xp.where(left, new, d), c)
@@ -112,12 +157,13 @@ def golden_section(f, lo, hi, iterations, with_argmin, xp=jnp):
     fc3 = xp.where(golden, xp.where(left, fn, fd), xp.where(i == 0, fn, fc))
     fd3 = xp.where(golden, xp.where(left, fc, fn), xp.where(i == 1, fn, fd))
     arg2 = xp.where(i == 0, point, xp.where(fn < best, point, arg))
-    return a3, b3, c3, d3, fc3, fd3, xp.minimum(best, fn), arg2
+    return a3, b3, c3, d3, fc3, fd3, xp.minimum(best, fn), arg2, per
 
   inf = xp.full_like(a, xp.inf)
-  state = (a, b, c, d, inf, inf, inf, c)
-  out = nx.fori_loop(0, last + 2, body, state, xp)
-  return (out[-2], 1.0 + xp.exp(out[-1])) if with_argmin else out[-2]
+  state = (a, b, c, d, inf, inf, inf, c, inf)
+  steps = last + 2 if exact is None else xp.where(exact[1], 1, last + 2)
+  out = nx.fori_loop(0, steps, body, state, xp)
+  return out[-3], (1.0 + xp.exp(out[-2]) if with_argmin else None), out[-1]
 
 
 def bracket(orders, best_index):
@@ -143,11 +189,11 @@ def refine(kind, method, nodes, grid_value, orders, best_index, q, sigma, steps,
   """
   lo, hi = bracket(orders, best_index)
   if xp is np:   # the host path (jaxdp._src.kernels.host_rdp): no compilation
-    f = functools.partial(_value, kind, method, nodes, q, sigma, steps, x, xp=np)
-    val, arg = golden_section(f, lo, hi, ITERATIONS, True, np)
+    val, arg, _ = golden_section(*_parts(kind, method, nodes, q, sigma, steps, x, np), lo, hi,
+                                 ITERATIONS, True, np)
   else:
-    val, arg = golden_minimum(*(jnp.asarray(v) for v in (q, sigma, steps, x, lo, hi)),
-                              kind=kind, method=method, nodes=nodes, with_argmin=True)
+    val, arg, _ = chunk_quadrature(*(jnp.asarray(v) for v in (q, sigma, steps, x, lo, hi, lo)),
+                                   jnp.asarray(False), kind=kind, method=method, nodes=nodes)
   val = np.asarray(val, np.float64)
   grid_value = np.asarray(grid_value, np.float64)
   use_grid = np.isnan(val) | (grid_value <= val)

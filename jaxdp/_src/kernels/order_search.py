@@ -46,6 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdp._src.kernels import continuous_order as _continuous_order
 from jaxdp._src.kernels import rdp
 from jaxdp._src.kernels import rdp_binomial
 from jaxdp._src.kernels import rdp_convert
@@ -62,8 +63,6 @@ _PROBE_WHEN = 2.0
 # Upper ends of the size buckets of exactly summed orders evaluated in pairs
 # (each pair's sum is padded to its bucket's largest order).
 _PAIR_BUCKETS = (128, 256, 512, 1024, 2048, 4096)
-# Pair-batch sizes: full batches of the second, the rest in (padded) batches of the first.
-_PAIR_SIZES = (256, 4096)
 # Relative deflation of lower bounds: covers the rounding of the values they
 # extrapolate (σ ≥ 0.3) or the quadrature allowance for σ < 0.3.
 _SLACK = 1e-8
@@ -289,26 +288,38 @@ def _exact_pairs(q, sigma, index, *, orders):
   return rdp._finish(log_am1, q, sigma, alpha, exact=True)
 
 
-def _padded_calls(fn, arrays, fills):
-  """fn over the arrays in batches of _PAIR_SIZES[1], then of _PAIR_SIZES[0]
-  (the last one padded), so only two shapes are ever compiled."""
+def _padded_calls(fn, arrays, fills, size):
+  """fn over the arrays in batches of ``size`` (the last one padded), so one
+  shape is compiled per size."""
   n = arrays[0].size
   out = []
-  start = 0
-  small, large = _PAIR_SIZES
-  while start < n:
-    size = large if n - start >= large else small
+  for start in range(0, n, size):
     part = [a[start:start + size] for a in arrays]
     m = part[0].size
     if m < size:
       part = [np.concatenate([p, np.full(size - m, v, p.dtype)]) for p, v in zip(part, fills)]
     out.append(np.asarray(fn(*(jnp.asarray(p) for p in part)))[:m])
-    start += size
   return np.concatenate(out) if out else np.zeros((0,))
 
 
-def _evaluate(pl: _Plan, q, sigma, cols, nodes):
-  """Per-step RDP at (q[i], sigma[i], orders[cols[i]]).
+def quadrature_at(q, sigma, alpha, *, kind, method, nodes, size):
+  """Per-step RDP at (q[i], σ[i], α[i]) by the quadrature of
+  :func:`jaxdp.rdp.sampled_gaussian` (any real α > 1, rounded up), in padded
+  batches of ``size`` through the chunk's one quadrature program
+  (:func:`jaxdp._src.kernels.continuous_order.chunk_quadrature`, which also
+  runs the chunk's golden section): flat float64 NumPy in and out, under
+  ``nx.x64()``.
+  """
+  def fn(a, b, c, steps, x):   # (steps, x: only for the program's unused conversion)
+    return _continuous_order.chunk_quadrature(a, b, steps, x, c, c, c, jnp.asarray(True),
+                                              kind=kind, method=method, nodes=nodes)[2]
+  ones = np.ones_like(q)
+  return _padded_calls(fn, (q, sigma, alpha, ones, 0.5 * ones), (0.5, 1.0, 2.0, 1.0, 0.5), size)
+
+
+def _evaluate(pl: _Plan, q, sigma, cols, nodes, kind, method, size):
+  """Per-step RDP at (q[i], sigma[i], orders[cols[i]]), in batches of ``size``
+  (the quadrature through the program of :func:`quadrature_at`).
 
   Fractional orders and orders above 4096 use the quadrature, as in
   :func:`jaxdp.rdp.sampled_gaussian`. Integer orders above _BASE_MAX use it
@@ -321,14 +332,14 @@ def _evaluate(pl: _Plan, q, sigma, cols, nodes):
   quad = bucket < 0
   if np.any(quad):
     sel = np.nonzero(quad)[0]
-    fn = lambda a, b, c: rdp._traced_kernel(a, b, c, nodes)
-    out[sel] = _padded_calls(fn, (q[sel], sigma[sel], pl.orders[cols[sel]]), (0.5, 1.0, 2.0))
+    out[sel] = quadrature_at(q[sel], sigma[sel], pl.orders[cols[sel]], kind=kind, method=method,
+                             nodes=nodes, size=size)
   for j, orders in enumerate(pl.buckets):
     sel = np.nonzero(bucket == j)[0]
     if sel.size:
       index = np.searchsorted(np.asarray(orders), pl.orders[cols[sel]])
       fn = lambda a, b, c, orders=orders: _exact_pairs(a, b, c, orders=orders)
-      out[sel] = _padded_calls(fn, (q[sel], sigma[sel], index), (0.5, 1.0, 0))
+      out[sel] = _padded_calls(fn, (q[sel], sigma[sel], index), (0.5, 1.0, 0), size)
   return out
 
 
@@ -346,7 +357,7 @@ def search(kind, pl: _Plan, method, nodes, q, sigma, steps, x, *, with_index=Fal
       pl, q.size, lambda: np.asarray(base_kernel(q[:, None], sigma[:, None])),
       lambda table, known: _candidates(jnp.asarray(table), jnp.asarray(known), *args,
                                        orders=key, kind=kind, method=method),
-      lambda rows, cols: _evaluate(pl, q[rows], sigma[rows], cols, nodes))
+      lambda rows, cols: _evaluate(pl, q[rows], sigma[rows], cols, nodes, kind, method, q.size))
   value, best = _minimum(jnp.asarray(table), *args[2:], orders=key, kind=kind, method=method)
   value = np.asarray(value)
   return (value, np.asarray(best)) if with_index else value
