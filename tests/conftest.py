@@ -90,20 +90,26 @@ def _fresh_host_questions():
 # Opt-in compile report (issue 37: the suite is compile-bound): with
 # JAXDP_TEST_COMPILE_LOG=DIR, every worker writes DIR/compile-<worker>.json,
 # the seconds XLA spent compiling (backend compilation, lowering and tracing)
-# during each test and the number of backend compilations.
+# during each test and the number of backend compilations, and
+# DIR/programs-<worker>.json the count and seconds per program name.
 _COMPILE_LOG = os.environ.get("JAXDP_TEST_COMPILE_LOG")
 _compile_seconds = {}
+_program_seconds = {}
 _current_test = ["<collection>"]
 
 if _COMPILE_LOG:
   import jax.monitoring  # noqa: E402
 
-  def _on_duration(event, duration, **_):
+  def _on_duration(event, duration, fun_name=None, **_):
     if event.startswith("/jax/core/compile/") or event.startswith("/jax/compilation_cache/"):
       row = _compile_seconds.setdefault(_current_test[0], {})
       row[event] = row.get(event, 0.0) + duration
       if event == "/jax/core/compile/backend_compile_duration":
         row["compilations"] = row.get("compilations", 0) + 1
+        # Per program name too (e.g. "jit(chunk_quadrature)"): [count, seconds].
+        prog = _program_seconds.setdefault(str(fun_name), [0, 0.0])
+        prog[0] += 1
+        prog[1] += duration
 
   jax.monitoring.register_event_duration_secs_listener(_on_duration)
 
@@ -119,3 +125,5 @@ if _COMPILE_LOG:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     with open(os.path.join(_COMPILE_LOG, f"compile-{worker}.json"), "w") as f:
       json.dump(_compile_seconds, f, indent=0)
+    with open(os.path.join(_COMPILE_LOG, f"programs-{worker}.json"), "w") as f:
+      json.dump(_program_seconds, f, indent=0)
