@@ -162,6 +162,19 @@ def test_first_questions_compile_nothing(monkeypatch, cold_programs):
   assert np.isfinite(s) and s > 0
 
 
+def test_a_loop_of_single_questions_compiles_nothing(monkeypatch, cold_programs):
+  """20 single questions, as a calibration loop asks them (tradeoff.calibrate_sigma
+  asks one per round): all on the host. With a budget of 8, the 9th built the
+  16-configuration chunk's programs (2.9 s against ~30 ms per host question)."""
+  monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
+  q, sigma, steps, delta, _ = _domain(20, seed=9)
+  with _compilations() as compiles:
+    eps = [float(jaxdp.epsilon(q[i], sigma[i], steps[i], delta[i])) for i in range(20)]
+  assert compiles == []
+  assert _rdp_driver._host_questions_left == [_rdp_driver._HOST_QUESTIONS - 20]
+  assert all(np.isfinite(e) and e >= 0 for e in eps)
+
+
 # dp_accounting's default orders, and an irregular list.
 DP_ORDERS = np.concatenate([1.0 + np.arange(1, 100) / 10.0, np.arange(11, 64), [128, 256, 512, 1024]])
 ODD_ORDERS = np.array([1.5, 2.0, 3.0, 5.0, 7.5, 12.0, 40.0, 64.0, 100.0, 333.0, 5000.0])

@@ -41,9 +41,9 @@ __all__ = ["minimum_over_all_orders", "per_step_rdp", "small_order_ceiling",
            "MAX_CONFIGURATIONS"]
 
 # At most this many configurations take the host path of a plain question
-# (the first few of a process, rdp_driver._HOST_QUESTIONS). Larger calls go
-# to the compiled programs, whose first build (~10 s on a 2-core CPU) a loop
-# of calls then pays once; the host costs ~0.1 s per call plus ~2 ms per
+# (the first 64 of a process, rdp_driver._HOST_QUESTIONS). Larger calls go
+# to the compiled programs, whose first build (~3 s on a 2-core CPU) a loop
+# of calls then pays once; the host costs ~30 ms per call plus ~2 ms per
 # configuration, the compiled chunk ~0.5 ms.
 MAX_CONFIGURATIONS = 4
 

@@ -63,12 +63,16 @@ def _bucket(n):
   return next((b for b in _BUCKETS if n <= b), _CHUNK)
 
 
-# The first few small questions of a process are answered on the host
-# (jaxdp._src.kernels.host_rdp: NumPy, the same formulas, ~40 ms each, nothing to
-# compile); later ones go to the compiled programs (~5 ms each once built,
-# ~5 s to build on a 2-core CPU), so a loop of single questions pays the
-# compilation once instead of 40 ms per question.
-_HOST_QUESTIONS = 8
+# The first small questions of a process are answered on the host
+# (jaxdp._src.kernels.host_rdp: NumPy, the same formulas, ~30 ms each on the
+# 2-core CPU, nothing to compile); later ones go to the compiled programs
+# (~6 ms each once built, ~2.9 s to build the 16-configuration chunk's four
+# programs). 64 host questions cost about that build (as the PLD guard's
+# budget below), so a loop of single questions pays at most about twice
+# what the better of the two paths would have cost it; with 8, a loop of 9
+# questions (e.g. a second tradeoff.calibrate_sigma, whose rounds each ask
+# one) took 3.1 s instead of 0.3 s.
+_HOST_QUESTIONS = 64
 
 
 _host_questions_left = [_HOST_QUESTIONS]
