@@ -44,7 +44,7 @@ def _domain(n, seed):
 
 @pytest.mark.parametrize("nodes", [40, 64])
 def test_pairs_are_the_traced_kernel_bit_for_bit(nodes):
-  q, sigma, alpha = _domain(700, seed=nodes)
+  q, sigma, alpha = _domain(700, seed=nodes)   # batches of 256, the last one padded
   with nx.x64():
     ours = order_search.quadrature_at(q, sigma, alpha, kind="epsilon", method="improved",
                                       nodes=nodes, size=256)
