@@ -75,6 +75,30 @@ def cold_programs(monkeypatch):
   warm_again()
 
 
+@pytest.fixture
+def record_compilations():
+  """A context manager collecting the durations of the XLA backend
+  compilations made inside its block: ``with record_compilations() as c:``."""
+  import contextlib  # pylint: disable=g-import-not-at-top
+  from jax import monitoring  # pylint: disable=g-import-not-at-top
+
+  @contextlib.contextmanager
+  def record():
+    durations = []
+
+    def listener(event, duration, **_):
+      if event == "/jax/core/compile/backend_compile_duration":
+        durations.append(duration)
+
+    monitoring.register_event_duration_secs_listener(listener)
+    try:
+      yield durations
+    finally:
+      monitoring.unregister_event_duration_listener(listener)
+
+  return record
+
+
 @pytest.fixture(autouse=True)
 def _fresh_host_questions():
   """Every test starts as a fresh process does: its first few small RDP
@@ -84,6 +108,12 @@ def _fresh_host_questions():
   _rdp_driver._host_questions_left[0] = _rdp_driver._HOST_QUESTIONS
   from jaxdp._src.solvers import boundary_eval as _boundary_eval
   _boundary_eval._host_rounds_left[0] = _boundary_eval._HOST_ROUNDS
+  # The public RDP kernel's eager calls run the compiled kernel here, as
+  # inside a user's jit: the tests of jaxdp.rdp.sampled_gaussian keep testing
+  # the program that jitted code runs. Its host answers (the first eager
+  # calls of a process) are tested in tests/kernels/test_rdp_eager.py.
+  from jaxdp._src.kernels import rdp_eager as _rdp_eager
+  _rdp_eager._eager_host_calls_left[0] = 0
   yield
 
 

@@ -93,6 +93,19 @@ def per_step_rdp(q, sigma, orders):
   return out
 
 
+def kernel_rdp(q, sigma, orders, nodes):
+  """(n, m) per-step RDP of flat (n,) ``q``, ``sigma`` at ``orders`` (1-D,
+  finite, > 1), as the compiled kernel :func:`jaxdp.rdp.sampled_gaussian`
+  computes concrete orders: the exact binomial sum for every integer order
+  ≤ 4096, the quadrature with ``nodes`` per window for the others."""
+  exact = rdp._exact_orders(orders)
+  out = np.empty((q.size, orders.size))
+  for cols, by_quadrature in ((~exact, True), (exact, False)):
+    if np.any(cols):
+      out[:, cols] = _rdp_at(q, sigma, orders[cols], nodes, by_quadrature)
+  return out
+
+
 def _rdp_at(q, sigma, orders, nodes, by_quadrature):
   """(n, m) per-step RDP by quadrature, or by the exact binomial sum."""
   if by_quadrature:
