@@ -6,6 +6,8 @@ domain, compile nothing, and leave every other call (traced, large, edge
 inputs, after the budget) to the compiled kernel unchanged.
 """
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -115,6 +117,22 @@ def test_the_readme_call_compiles_nothing(host_budget, cold_programs, record_com
   assert host_budget[0] == rdp_eager._EAGER_HOST_CALLS - 2
 
 
+@pytest.mark.parametrize("x64", [False, True])
+@pytest.mark.parametrize("q,sigma", [(np.float32(0.01), 1.1), (0.01, np.float32(1.1)), (0.01, 1),
+                                     (np.array([0.01], np.float64), 1.1), ([0.01, 0.02], [1.1, 2.0]),
+                                     (1, 2)])
+def test_the_result_dtype_and_shape_are_the_kernels(host_budget, q, sigma, x64):
+  with nx.x64() if x64 else contextlib.nullcontext():
+    host = rdp.sampled_gaussian(q, sigma, 2.5)
+    compiled = rdp_kernel.sampled_gaussian(q, sigma, 2.5)
+  assert host_budget[0] == rdp_eager._EAGER_HOST_CALLS - 1
+  assert host.dtype == compiled.dtype and host.shape == compiled.shape
+  if host.dtype == jnp.float32:
+    assert np.all(np.asarray(host) <= np.asarray(compiled))
+  else:
+    np.testing.assert_allclose(np.asarray(host), np.asarray(compiled), rtol=1e-12)
+
+
 def _same_as_kernel(*args):
   out = rdp.sampled_gaussian(*args)
   np.testing.assert_array_equal(np.asarray(out), np.asarray(rdp_kernel.sampled_gaussian(*args)))
@@ -151,3 +169,32 @@ def test_after_the_budget_calls_run_the_compiled_kernel(host_budget):
   assert host_budget[0] == 0
   second = _same_as_kernel(0.01, 1.1, rdp.DEFAULT_ORDERS)
   assert np.all(first <= np.asarray(second))
+
+
+def test_beyond_the_usual_domain_the_paths_agree_within_the_allowances(host_budget):
+  """σ down to 1e-3 and up to 1e4, q down to 1e-12 and up to 1 - 1e-9, orders
+  from 1 + 1e-6 to 99999.5: the same non-finite values; float64 agrees to
+  1e-12 where σ ≥ 0.3, and where σ < 0.3 (up to 6e-11 measured, at α → 1,
+  where the division by α - 1 amplifies rounding) within 1% of the quadrature
+  allowance both values carry there (≥ 2e-7); float32 host ≤ compiled."""
+  rng = np.random.default_rng(5)
+  orders = np.unique(np.concatenate([[1 + 1e-6, 1.001, 1.5, 2, 3, 64, 65, 100.5, 4096, 4097, 1e4,
+                                      99999.5], 10**rng.uniform(0, 5, 20)]))
+  for _ in range(3):
+    q = np.concatenate([[0, 1, 1e-12, 0.5, 1 - 1e-9], 10**rng.uniform(-12, 0, 11)])
+    sigma = rng.permutation(np.concatenate([[1e-3, 1e4, 0.05, 0.3, 0.2], 10**rng.uniform(-3, 4, 11)]))
+    for x64 in (False, True):
+      with nx.x64() if x64 else contextlib.nullcontext():
+        host = np.asarray(rdp.sampled_gaussian(q[:, None], sigma[:, None], orders)).astype(float)
+        compiled = np.asarray(rdp_kernel.sampled_gaussian(q[:, None], sigma[:, None],
+                                                          orders)).astype(float)
+      np.testing.assert_array_equal(np.isnan(host), np.isnan(compiled))
+      np.testing.assert_array_equal(np.isinf(host), np.isinf(compiled))
+      both = np.isfinite(host) & np.isfinite(compiled)
+      if not x64:
+        assert np.all(host[both] <= compiled[both])
+        continue
+      rel = np.abs(host - compiled) / np.where(compiled > 0, compiled, 1.0)
+      wide = np.broadcast_to(sigma[:, None] >= 0.3, rel.shape)
+      assert rel[both & wide].max() <= 1e-12
+      assert rel[both & ~wide].max() <= 2e-9
