@@ -31,7 +31,9 @@ SIGMA_RANGE = (1e-3, 1e7)
 MIN_SAMPLING_RATE = 1e-12
 #: The largest number of steps (jaxdp.calibrate.MAX_STEPS).
 MAX_STEPS = 2**53
-_MAX_STEPS = float(MAX_STEPS)
+# The same bound as a float (the solvers' brackets are float).
+MAX_STEPS_FLOAT = float(MAX_STEPS)
+_MAX_STEPS = MAX_STEPS_FLOAT
 
 _CHUNK = 256           # configurations per jitted call (fixed: one compile)
 _SMALL = 16            # chunk for small calls (single configurations, CLI)

@@ -86,7 +86,7 @@ MIN_SAMPLING_RATE = _calibrate_boundary.MIN_SAMPLING_RATE
 #: is exact in float64; larger step counts are refused with a ValueError).
 #: :func:`steps` returns it where every number of steps fits.
 MAX_STEPS = _calibrate_boundary.MAX_STEPS
-_MAX_STEPS = float(MAX_STEPS)
+_MAX_STEPS = _calibrate_boundary.MAX_STEPS_FLOAT
 
 
 # --------------------------------------------------------------------------

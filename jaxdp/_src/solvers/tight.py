@@ -41,8 +41,8 @@ import numpy as np
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.core import roots_scalar
 from jaxdp._src.mechanisms.registry import poisson_phases
-from jaxdp._src.solvers.boundary_eval import MAX_STEPS
-from jaxdp._src.solvers.tight_ends import _quiet, settled
+from jaxdp._src.solvers.boundary_eval import MAX_STEPS_FLOAT as _MAX_STEPS
+from jaxdp._src.solvers.tight_ends import quiet, settled
 
 _COARSE_GRID = 1e-2     # pld_general rtol of the probes far from the root
 _SWITCH = 2e-2          # |g| below which the coarse probes stop
@@ -50,7 +50,6 @@ _MAX_COARSE = 6
 _MAX_FINE = 24
 _SECANT_FINE = 6        # fine probes steered by the secant before pure bisection
 _G_INF = 50.0           # g of an infinite ε (δ not certifiable there)
-_MAX_STEPS = float(MAX_STEPS)
 
 
 class TightAnswer(NamedTuple):
@@ -313,7 +312,7 @@ def tight_sigma(target_epsilon, delta, q, steps, *, rtol=1e-3, grid_rtol=1e-3):
   q, steps = float(q), float(steps)
   if q == 0.0 or steps == 0.0:
     return TightAnswer(0.0, 0.0, 0.0)
-  s_rdp = _quiet(calibrate.sigma, target, delta, q, steps)
+  s_rdp = quiet(calibrate.sigma, target, delta, q, steps)
   lo, hi = (math.log(s) for s in calibrate.SIGMA_RANGE)
   u = _Unknown(lo, math.exp, math.log, lambda s: poisson_phases(q, s, steps))
   if math.isfinite(s_rdp):
@@ -350,7 +349,7 @@ def tight_steps(target_epsilon, delta, q, sigma, *, rtol=1e-3, grid_rtol=1e-3):
   from jaxdp._src.solvers import calibrate  # pylint: disable=g-import-not-at-top
   target, delta = _validate(target_epsilon, delta, rtol, grid_rtol, q=q, sigma=sigma)
   q, sigma = float(q), float(sigma)
-  t_rdp = _quiet(calibrate.steps, target, delta, q, sigma)
+  t_rdp = quiet(calibrate.steps, target, delta, q, sigma)
   if math.isinf(t_rdp) or t_rdp >= _MAX_STEPS:   # calibrate.steps: MAX_STEPS = 2**53 fits
     return TightAnswer(math.inf, math.inf, math.inf)
   u = _Unknown(-math.log(_MAX_STEPS), lambda y: float(min(max(round(math.exp(-y)), 1), _MAX_STEPS)),
@@ -397,7 +396,7 @@ def tight_sampling_rate(target_epsilon, delta, sigma, steps, *, rtol=1e-3, grid_
   sigma, steps = float(sigma), float(steps)
   if steps == 0.0:
     return TightAnswer(1.0, 1.0, 1.0)
-  q_rdp = _quiet(calibrate.sampling_rate, target, delta, sigma, steps)
+  q_rdp = quiet(calibrate.sampling_rate, target, delta, sigma, steps)
   hi = -math.log(calibrate.MIN_SAMPLING_RATE)
   u = _Unknown(0.0, lambda y: min(math.exp(-y), 1.0), lambda q: -math.log(q),
                lambda q: poisson_phases(q, sigma, steps))

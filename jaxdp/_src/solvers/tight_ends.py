@@ -14,12 +14,10 @@ import warnings
 import numpy as np
 
 from jaxdp._src.core import numerics as nx
-from jaxdp._src.solvers.boundary_eval import MAX_STEPS
-
-_MAX_STEPS = float(MAX_STEPS)
+from jaxdp._src.solvers.boundary_eval import MAX_STEPS_FLOAT as _MAX_STEPS
 
 
-def _quiet(fn, *args):
+def quiet(fn, *args):
   """``float(fn(*args))`` without its RuntimeWarnings."""
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", RuntimeWarning)
@@ -44,16 +42,16 @@ def narrowed(kind, value, end, target, delta, q, sigma, steps, rtol):
   if kind == "sigma":
     if not (math.isfinite(value) and end > 0 and value / end - 1.0 > wide):
       return value
-    batched = _quiet(lambda: calibrate.sigma(target, delta, q, steps, accountant="pld", rtol=rtol))
+    batched = quiet(lambda: calibrate.sigma(target, delta, q, steps, accountant="pld", rtol=rtol))
     better, args = batched < value, (q, batched, steps)
   else:
     if not (0 < value < math.inf and (not math.isfinite(end) or end / value - 1.0 > wide)):
       return value
     if kind == "steps":
-      batched = _quiet(lambda: calibrate.steps(target, delta, q, sigma, accountant="pld"))
+      batched = quiet(lambda: calibrate.steps(target, delta, q, sigma, accountant="pld"))
       better, args = batched > value and batched < _MAX_STEPS, (q, sigma, batched)
     else:
-      batched = _quiet(lambda: calibrate.sampling_rate(target, delta, sigma, steps,
+      batched = quiet(lambda: calibrate.sampling_rate(target, delta, sigma, steps,
                                                        accountant="pld", rtol=rtol))
       better, args = batched > value, (batched, sigma, steps)
   if not better:
