@@ -118,8 +118,7 @@ def test_the_readme_call_compiles_nothing(host_budget, cold_programs, record_com
 
 
 @pytest.mark.parametrize("x64", [False, True])
-@pytest.mark.parametrize("q,sigma", [(np.float32(0.01), 1.1), (0.01, np.float32(1.1)), (0.01, 1),
-                                     (np.array([0.01], np.float64), 1.1), ([0.01, 0.02], [1.1, 2.0]),
+@pytest.mark.parametrize("q,sigma", [(np.float32(0.01), 1.1), ([0.01, 0.02], np.array([[1.1], [2.0]])),
                                      (1, 2)])
 def test_the_result_dtype_and_shape_are_the_kernels(host_budget, q, sigma, x64):
   with nx.x64() if x64 else contextlib.nullcontext():
@@ -152,7 +151,7 @@ def test_edge_inputs_run_the_compiled_kernel(host_budget, q, sigma, alpha):
 def test_large_and_traced_calls_run_the_compiled_kernel(host_budget):
   q = np.geomspace(1e-4, 0.5, 17)
   _same_as_kernel(q[:, None], 1.0, rdp.DEFAULT_ORDERS)          # 17 pairs
-  _same_as_kernel(0.01, 1.0, np.arange(2.0, 4100.0))            # more cells than the host takes
+  _same_as_kernel(q[:2, None], 1.0, np.linspace(1.5, 90.5, 2049))   # more cells than the host takes
   f = lambda q, s: rdp.sampled_gaussian(q, s, rdp.DEFAULT_ORDERS)
   f_kernel = lambda q, s: rdp_kernel.sampled_gaussian(q, s, rdp.DEFAULT_ORDERS)
   for transform, args in ((jax.jit, (q[:2, None], jnp.ones((2, 1)))), (jax.vmap, (q[:2], jnp.ones(2)))):
