@@ -204,3 +204,6 @@ def test_works_under_transformations_and_with_static_arguments(tmp_path, monkeyp
   np.testing.assert_allclose(g(x, 2, scale=2.0), 2.0 * np.asarray(x)**2, rtol=1e-6)
   with pytest.raises(TypeError):
     f(x)                                                # the user's error, as jax.jit gives it
+  with jax.disable_jit():                               # op by op, as jax.jit under it
+    np.testing.assert_allclose(f(x, 2.0), np.sin(x) * 2.0, rtol=1e-6)
+    np.testing.assert_allclose(g(x, 3, scale=2.0), 2.0 * np.asarray(x)**3, rtol=1e-6)

@@ -20,9 +20,9 @@ own programs only:
   entry). Keying by the lowered text, not by the function's name, means a
   program is only ever reused for the very same computation: a changed
   constant, closure or monkeypatched global lowers to another text.
-* Inside a trace (``jit``, ``vmap``, ``grad``, ``scan`` of the caller), with
-  arguments placed on a device other than the default one, or with the cache
-  off, it is exactly ``jax.jit``.
+* Inside a trace (``jit``, ``vmap``, ``grad``, ``scan`` of the caller), under
+  ``jax.disable_jit()``, with arguments placed on a device other than the
+  default one, or with the cache off, it is exactly ``jax.jit``.
 
 Location: ``$JAXDP_CACHE_DIR/executables`` (``JAXDP_CACHE_DIR=off`` turns
 this cache off), else ``$XDG_CACHE_HOME/jaxdp/xla/executables`` (default
@@ -272,8 +272,8 @@ def jit(fun: Optional[Callable] = None, /, **jit_kwargs: Any):
 
   @functools.wraps(fun)
   def wrapped(*args, **kwargs):
-    if directory() is None:
-      return jitted(*args, **kwargs)
+    if directory() is None or jax.config.jax_disable_jit:
+      return jitted(*args, **kwargs)   # under jax.disable_jit(): fun, op by op
     dyn_args = tuple(a for i, a in enumerate(args) if i not in nums)
     dyn_kwargs = {k: v for k, v in kwargs.items() if k not in names}
     leaves, tree = jax.tree_util.tree_flatten((dyn_args, dyn_kwargs))
