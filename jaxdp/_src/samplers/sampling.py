@@ -85,7 +85,7 @@ from jaxdp._src import events as _events
 from jaxdp._src.samplers.sampling_base import (MAX_DATASET_SIZE, check_rate, check_relation,
                                                check_sizes, check_whole, draw_binomial, draw_prefix,
                                                epochs_to_steps, poisson_steps_per_epoch,
-                                               set_fields)
+                                               run_compiled, set_fields)
 from jaxdp._src.samplers.sampling_epoch import BallsInBinsSampler, ShuffleSampler
 
 __all__ = [
@@ -182,6 +182,9 @@ class PoissonSampler:
       ``(indices, mask)``: int32 ``(capacity,)`` and bool ``(capacity,)``; the
       first min(K, capacity) entries are real.
     """
+    return run_compiled(self, "_draw", key)
+
+  def _draw(self, key):
     count_key, member_key = jax.random.split(key)
     n, cap = self.dataset_size, self.capacity
     kept = jnp.minimum(draw_binomial(count_key, n, self.q), cap)
@@ -191,7 +194,10 @@ class PoissonSampler:
 
   def sample_at(self, key, t) -> Tuple[jax.Array, jax.Array]:
     """The batch of global step ``t`` of a run whose randomness is ``key``."""
-    return self.sample(jax.random.fold_in(key, jnp.asarray(t, jnp.int32)))
+    return run_compiled(self, "_draw_at", key, t)
+
+  def _draw_at(self, key, t):
+    return self._draw(jax.random.fold_in(key, jnp.asarray(t, jnp.int32)))
 
   def event(self, sigma) -> Any:
     """One step: ``TruncatedPoissonGaussian(N, q, capacity, sigma, relation)``.
@@ -248,12 +254,18 @@ class FixedSampler:
       ``(indices, mask)``: int32 ``(batch_size,)`` distinct indices and an
       all-True mask.
     """
+    return run_compiled(self, "_draw", key)
+
+  def _draw(self, key):
     members = draw_prefix(key, self.dataset_size, self.batch_size, self.batch_size)
     return members, jnp.ones((self.batch_size,), bool)
 
   def sample_at(self, key, t) -> Tuple[jax.Array, jax.Array]:
     """The batch of global step ``t`` of a run whose randomness is ``key``."""
-    return self.sample(jax.random.fold_in(key, jnp.asarray(t, jnp.int32)))
+    return run_compiled(self, "_draw_at", key, t)
+
+  def _draw_at(self, key, t):
+    return self._draw(jax.random.fold_in(key, jnp.asarray(t, jnp.int32)))
 
   def event(self, sigma) -> Any:
     """One step: ``SampledWithoutReplacementGaussian(N, B, sigma, relation)``."""

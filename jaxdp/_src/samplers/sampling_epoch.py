@@ -21,7 +21,7 @@ from jaxdp._src import events as _events
 from jaxdp._src.samplers import permutation as _permutation
 from jaxdp._src.samplers.sampling_base import (check_relation, check_sizes, check_step,
                                                check_whole, draw_distinct, epoch_step_key,
-                                               epochs_to_steps, set_fields)
+                                               epochs_to_steps, run_compiled, set_fields)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +92,9 @@ class BallsInBinsSampler:
       first min(bin size, capacity) entries are real.
     """
     check_step(step, self.steps_per_epoch)
+    return run_compiled(self, "_draw", key, step)
+
+  def _draw(self, key, step):
     n, cap = self.dataset_size, self.capacity
     bin_key, cut_key = jax.random.split(key)
     step = jnp.asarray(step, jnp.int32)
@@ -121,8 +124,11 @@ class BallsInBinsSampler:
 
   def sample_at(self, key, t) -> Tuple[jax.Array, jax.Array]:
     """Global step ``t``: epoch t // k (key ``fold_in(key, epoch)``), step t % k."""
+    return run_compiled(self, "_draw_at", key, t)
+
+  def _draw_at(self, key, t):
     epoch_key, step = epoch_step_key(key, t, self.steps_per_epoch)
-    return self.sample(epoch_key, step)
+    return self._draw(epoch_key, step)
 
   def event(self, sigma) -> Any:
     """One epoch (k steps): ``BallsInBinsGaussian(N, B, sigma, capacity)``.
@@ -187,6 +193,9 @@ class ShuffleSampler:
       mask.
     """
     check_step(step, self.steps_per_epoch)
+    return run_compiled(self, "_draw", key, step)
+
+  def _draw(self, key, step):
     b = self.batch_size
     start = jnp.clip(jnp.asarray(step, jnp.int32), 0, self.steps_per_epoch - 1) * b
     span = (self.steps_per_epoch + 1) * b
@@ -196,8 +205,11 @@ class ShuffleSampler:
 
   def sample_at(self, key, t) -> Tuple[jax.Array, jax.Array]:
     """Global step ``t``: epoch t // k (key ``fold_in(key, epoch)``), step t % k."""
+    return run_compiled(self, "_draw_at", key, t)
+
+  def _draw_at(self, key, t):
     epoch_key, step = epoch_step_key(key, t, self.steps_per_epoch)
-    return self.sample(epoch_key, step)
+    return self._draw(epoch_key, step)
 
   def event(self, sigma) -> Any:
     """One epoch (k steps): ``ShuffledGaussian(N, B, sigma, relation)``."""
