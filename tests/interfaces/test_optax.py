@@ -128,3 +128,26 @@ def test_host_accountant_name_and_epoch_schedule():
       assert float(dpo.epsilon(state, 1e-5)) == host
       in_jit = float(jax.jit(lambda s: dpo.epsilon(s, 1e-5))(state))
       assert host * (1 - 1e-12) <= in_jit <= host * (1 + rtol)
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_an_eager_update_is_the_jitted_update(with_mask, record_compilations):
+  """An eager ``update`` runs one program (the transform's ``apply_update``,
+  kept by jaxdp's disk cache), so its noisy mean and state are the bits a
+  jitted training step computes; op by op they differed in the last bit."""
+  from jaxdp import sampling
+  smp = sampling.poisson(600, 0.05, capacity=48)
+  tx = dpo.dp_aggregate(1.0, 1.1, sampler=smp, seed=3)
+  params = {"w": jnp.zeros(10), "b": jnp.zeros((2, 3))}
+  grads = {"w": jnp.linspace(-2.0, 3.0, 480).reshape(48, 10), "b": jnp.ones((48, 2, 3))}
+  jitted = jax.jit(lambda g, s, m: tx.update(g, s, mask=m))
+  eager_state = jit_state = tx.init(params)
+  for t in range(3):
+    mask = smp.sample_at(jax.random.PRNGKey(0), t)[1] if with_mask else None
+    with record_compilations() as compiles:
+      eager, eager_state = tx.update(grads, eager_state, mask=mask)
+    assert len(compiles) <= 1 + (t == 0)   # one program (and the first step's mask broadcast)
+    want, jit_state = jitted(grads, jit_state, mask)
+    for a, b in zip(jax.tree_util.tree_leaves((eager, eager_state)),
+                    jax.tree_util.tree_leaves((want, jit_state))):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -30,6 +30,7 @@ import numpy as np
 import optax as _optax
 
 from jaxdp._src.core import numerics as _numerics
+from jaxdp._src.core import persist as _persist
 from jaxdp._src.accounting import accountant as _accountant
 from jaxdp._src import events as _events
 from jaxdp._src.interfaces.optax_schedule import schedule_epsilon, schedule_of, table_delta
@@ -282,9 +283,16 @@ def dp_aggregate(
 
   def update_fn(updates, state, params=None, *, mask=None, **extra_args):
     del params, extra_args
-    leaves, treedef = jax.tree_util.tree_flatten(updates)
-    if not leaves:
+    if not jax.tree_util.tree_leaves(updates):
       return updates, state
+    # One program (kept by jaxdp's disk cache for later processes) where an
+    # eager call dispatched some forty operations one by one; inside the
+    # caller's jit it is inlined.
+    return apply_update(updates, state, mask)
+
+  @_persist.jit
+  def apply_update(updates, state, mask):
+    leaves, treedef = jax.tree_util.tree_flatten(updates)
     key, out = _noisy_mean(updates, leaves, state.key, l2_clip, noise_std,
                            expected_batch_size, mask)
     if accounting:
