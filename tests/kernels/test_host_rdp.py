@@ -5,11 +5,8 @@ the whole legal domain, be an upper bound by the independent mpmath
 reference, compile nothing, and keep the calibration guarantees.
 """
 
-import contextlib
-
 import numpy as np
 import pytest
-from jax import monitoring
 
 import jaxdp
 from jaxdp import calibrate
@@ -134,26 +131,10 @@ def test_host_value_is_an_upper_bound_at_its_order(q, sigma, steps, delta):
   assert value[0] <= ref * (1 + 1e-6)
 
 
-@contextlib.contextmanager
-def _compilations():
-  """The durations of the XLA compilations made inside the block."""
-  compiles = []
-
-  def listener(event, duration, **_):
-    if event == "/jax/core/compile/backend_compile_duration":
-      compiles.append(duration)
-
-  monitoring.register_event_duration_secs_listener(listener)
-  try:
-    yield compiles
-  finally:
-    monitoring.unregister_event_duration_listener(listener)
-
-
-def test_first_questions_compile_nothing(monkeypatch, cold_programs):
+def test_first_questions_compile_nothing(monkeypatch, cold_programs, record_compilations):
   """A fresh process's question: no XLA compilation at all (RDP ε, δ, σ)."""
   monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
-  with _compilations() as compiles:
+  with record_compilations() as compiles:
     e = jaxdp.epsilon(0.0123, 1.37, 4321, 1e-6)
     d = jaxdp.delta(0.0123, 1.37, 4321, float(e))
     s = calibrate.sigma(2.5, 1e-6, 0.0123, 4321)
@@ -162,13 +143,14 @@ def test_first_questions_compile_nothing(monkeypatch, cold_programs):
   assert np.isfinite(s) and s > 0
 
 
-def test_a_loop_of_single_questions_compiles_nothing(monkeypatch, cold_programs):
+def test_a_loop_of_single_questions_compiles_nothing(monkeypatch, cold_programs,
+                                                     record_compilations):
   """20 single questions, as a calibration loop asks them (tradeoff.calibrate_sigma
   asks one per round): all on the host. With a budget of 8, the 9th built the
   16-configuration chunk's programs (2.9 s against ~30 ms per host question)."""
   monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
   q, sigma, steps, delta, _ = _domain(20, seed=9)
-  with _compilations() as compiles:
+  with record_compilations() as compiles:
     eps = [float(jaxdp.epsilon(q[i], sigma[i], steps[i], delta[i])) for i in range(20)]
   assert compiles == []
   assert _rdp_driver._host_questions_left == [_rdp_driver._HOST_QUESTIONS - 20]
@@ -194,10 +176,11 @@ def test_explicit_orders_on_the_host_equal_the_compiled_path(orders):
       _agree(host, compiled, 1e-12)
 
 
-def test_an_explicit_order_question_compiles_nothing(monkeypatch, cold_programs):
+def test_an_explicit_order_question_compiles_nothing(monkeypatch, cold_programs,
+                                                     record_compilations):
   """mathematics.md's comparison with dp_accounting's orders took ~7 s to compile."""
   monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
-  with _compilations() as compiles:
+  with record_compilations() as compiles:
     e = jaxdp.epsilon(0.001, 0.5356, 100, 1e-5, orders=DP_ORDERS)
     d = jaxdp.delta(0.001, 0.5356, 100, 3.0, orders=DP_ORDERS)
   assert compiles == []
@@ -210,7 +193,8 @@ def test_an_explicit_order_question_compiles_nothing(monkeypatch, cold_programs)
   np.testing.assert_allclose(d, acc.get_delta(3.0), rtol=1e-5)
 
 
-def test_small_calibration_rounds_compile_nothing_then_agree(monkeypatch, cold_programs):
+def test_small_calibration_rounds_compile_nothing_then_agree(monkeypatch, cold_programs,
+                                                             record_compilations):
   """Three targets (48 probes a round, beyond the 16-configuration host
   chunk) in a fresh process: the rounds run on the host while its round
   budget lasts, so nothing is compiled (the README's calibration took ~17 s
@@ -220,7 +204,7 @@ def test_small_calibration_rounds_compile_nothing_then_agree(monkeypatch, cold_p
   targets, q, steps = np.array([1.0, 3.0, 8.0]), 0.0123, 4321
   monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
   monkeypatch.setattr(_calibrate_boundary, "_host_rounds_left", [_calibrate_boundary._HOST_ROUNDS])
-  with _compilations() as compiles:
+  with record_compilations() as compiles:
     on_host = calibrate.sigma(targets, 1e-5, q, steps)
   assert compiles == []
   assert _calibrate_boundary._host_rounds_left[0] < _calibrate_boundary._HOST_ROUNDS

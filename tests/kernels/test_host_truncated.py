@@ -16,7 +16,6 @@ import jax.numpy as jnp
 import mpmath as mp
 import numpy as np
 import pytest
-from jax import monitoring
 
 import jaxdp
 import sampler_reference as R
@@ -143,27 +142,18 @@ def test_host_binomial_tail_brackets_mpmath(k, n, p):
                                rtol=1e-11, atol=1e-300)
 
 
-def test_truncated_poisson_questions_compile_nothing(monkeypatch, cold_programs):
+def test_truncated_poisson_questions_compile_nothing(monkeypatch, cold_programs, record_compilations):
   """A fresh truncated-Poisson RDP question (curve, coupling's overflow term,
   conversion) and the tight accountant's dominating pair run on the host; the
   ε equals the untruncated answer's coupling bound or the two-block RDP, both
   checked against their definitions elsewhere; here only that nothing is
   compiled and the value is finite and above plain Poisson's."""
-  compiles = []
-
-  def listener(event, duration, **_):
-    if event == "/jax/core/compile/backend_compile_duration":
-      compiles.append(duration)
-
   smp = sampling.poisson(1437, 64 / 1437, capacity=96)
   # the coupling's untruncated answer: jaxdp.epsilon's own host budget, fresh
   monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
-  monitoring.register_event_duration_secs_listener(listener)
-  try:
+  with record_compilations() as compiles:
     eps = float(jaxdp.epsilon(smp, 1.3, 660, 1e-5))
     sampled.truncated_poisson_gaussian(1437, 64 / 1437, 96, 1.7, both_sizes=True)
-  finally:
-    monitoring.unregister_event_duration_listener(listener)
   assert compiles == []
   cold_programs()
   plain = float(jaxdp.epsilon(sampling.poisson(1437, 64 / 1437, capacity=1437), 1.3, 660, 1e-5))

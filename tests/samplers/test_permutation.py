@@ -69,24 +69,14 @@ def test_bad_sizes_raise():
     permutation.permute(jax.random.key(0), np.arange(3), 5, 4)
 
 
-def test_one_program_serves_every_size():
+def test_one_program_serves_every_size(record_compilations):
   """The dataset size and the Feistel width are values of the program, not
   static arguments: a new size with the same positions shape compiles nothing
   (each compiled ~1.2 s on the 2-core CPU when they were static)."""
-  import jax.monitoring  # pylint: disable=g-import-not-at-top
   pos = jnp.arange(16, dtype=jnp.int32)
   permutation.permute(jax.random.key(0), pos, 16, 16)   # compiled (or loaded) once
-  compiles = []
-
-  def listen(event, duration, **kw):  # pylint: disable=unused-argument
-    if event == "/jax/core/compile/backend_compile_duration":
-      compiles.append(event)
-
-  jax.monitoring.register_event_duration_secs_listener(listen)
-  try:
+  with record_compilations() as compiles:
     for n, span in [(17, 20), (1000, 1100), (4097, 8192), (2**31 - 1, 2**32 - 1)]:
       perm = np.asarray(permutation.permute(jax.random.key(1), pos, n, span))
       assert np.unique(perm).size == 16 and perm.min() >= 0 and perm.max() < n
-  finally:
-    jax.monitoring.unregister_event_duration_listener(listen)
   assert not compiles, compiles

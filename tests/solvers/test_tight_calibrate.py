@@ -13,7 +13,6 @@ import os
 import mpmath as mp
 import numpy as np
 import pytest
-from jax import monitoring
 
 from jaxdp import calibrate, pld, pld_general
 from jaxdp._src.accounting import rate as _rate
@@ -126,18 +125,9 @@ def test_bad_input_raises_naming_the_argument(kwargs, needle):
     _tight_calibrate.tight_sigma(**args)
 
 
-def test_compiles_nothing(cold_programs):
-  compiles = []
-
-  def listener(event, duration, **_):
-    if event == "/jax/core/compile/backend_compile_duration":
-      compiles.append(duration)
-
-  monitoring.register_event_duration_secs_listener(listener)
-  try:
+def test_compiles_nothing(cold_programs, record_compilations):
+  with record_compilations() as compiles:
     ans = _tight_calibrate.tight_sigma(2.5, 1e-6, 0.0123, 4321)
-  finally:
-    monitoring.unregister_event_duration_listener(listener)
   assert compiles == [] and np.isfinite(ans.value)
 
 
