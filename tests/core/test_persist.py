@@ -207,3 +207,23 @@ def test_works_under_transformations_and_with_static_arguments(tmp_path, monkeyp
   with jax.disable_jit():                               # op by op, as jax.jit under it
     np.testing.assert_allclose(f(x, 2.0), np.sin(x) * 2.0, rtol=1e-6)
     np.testing.assert_allclose(g(x, 3, scale=2.0), 2.0 * np.asarray(x)**3, rtol=1e-6)
+
+
+def test_a_function_made_per_call_frees_its_programs(tmp_path, monkeypatch):
+  """persist.jit of a closure (one per optax transform, say) holds its compiled
+  programs only as long as the function lives; clear_memory still reaches
+  every live one."""
+  import gc  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv("JAXDP_CACHE_DIR", str(tmp_path))
+  before = len(persist._functions)
+  kept = persist.jit(lambda x: x + 1.0)
+  for scale in range(5):
+    f = persist.jit(lambda x, scale=scale: x * scale)
+    assert float(f(jnp.float32(2.0))) == 2.0 * scale
+  del f
+  gc.collect()
+  assert len(persist._functions) == before + 1
+  kept(jnp.float32(1.0))
+  assert kept._persist_memo
+  persist.clear_memory()
+  assert not kept._persist_memo

@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from typing import Any, Callable, Optional
 
 import jax
@@ -52,7 +53,10 @@ _MIN_COMPILE_SECONDS = 0.2   # quicker compiles are not worth a disk entry
 _MAX_ENTRIES = 2000          # beyond this, the least recently used quarter goes
 _MEMO_SIZE = 64              # compiled programs kept in memory per function
 _lock = threading.Lock()
-_memos = []                  # every function's in-memory table (for clear_memory)
+# Every live function's in-memory table (for clear_memory), held weakly: a
+# function made per call (a closure, e.g. one optax transform's update) frees
+# its programs with it.
+_functions = weakref.WeakSet()
 
 
 def directory() -> Optional[str]:
@@ -268,7 +272,6 @@ def jit(fun: Optional[Callable] = None, /, **jit_kwargs: Any):
     return jitted            # an unusual signature: plain jax.jit
   nums, names = frozenset(nums), frozenset(names)
   memo = {}
-  _memos.append(memo)
 
   @functools.wraps(fun)
   def wrapped(*args, **kwargs):
@@ -313,11 +316,13 @@ def jit(fun: Optional[Callable] = None, /, **jit_kwargs: Any):
 
   wrapped.clear_cache = clear_cache
   wrapped._jitted = jitted  # pylint: disable=protected-access
+  wrapped._persist_memo = memo  # pylint: disable=protected-access
+  _functions.add(wrapped)
   return wrapped
 
 
 def clear_memory():
   """Drops the compiled programs every :func:`jit` function keeps in memory
   (as ``jax.clear_caches()`` does for ``jax.jit``); the disk stays."""
-  for memo in _memos:
-    memo.clear()
+  for function in list(_functions):
+    function._persist_memo.clear()  # pylint: disable=protected-access
