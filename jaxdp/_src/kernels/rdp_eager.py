@@ -61,7 +61,10 @@ _MAX_CELLS = 4096
 
 
 def _on_default_device(x) -> bool:
+  """Not a jax.Array, or one on the device a host answer is placed on."""
   if isinstance(x, jax.Array):
+    if jax.config.jax_default_device is not None:
+      return False
     try:
       return x.is_fully_addressable and x.devices() == {jax.devices()[0]}
     except Exception:  # pylint: disable=broad-except  (deleted or exotic arrays)
@@ -70,8 +73,9 @@ def _on_default_device(x) -> bool:
 
 
 def _host_inputs(q, sigma, alpha):
-  """``(dtype, q, σ, α)`` float64 NumPy at the dtype's rounding when the call
-  can be answered on the host, else None (and no host call is counted)."""
+  """``(dtype, shape, q, σ, α)`` when the call can be answered on the host:
+  the kernel's dtype, the broadcast shape, and the inputs as float64 NumPy
+  at the dtype's rounding; else None (and no host call is counted)."""
   args = (q, sigma, alpha)
   if any(isinstance(a, jax.core.Tracer) or not _on_default_device(a) for a in args):
     return None
@@ -106,7 +110,7 @@ def _host_inputs(q, sigma, alpha):
   return dtype, shape, q64, s64, a64
 
 
-def sampled_gaussian(q, sigma, alpha, *, _nodes=None):
+def sampled_gaussian(q, sigma, alpha, *, _nodes=None):  # pylint: disable=missing-function-docstring  (set below)
   inputs = None if _nodes is not None else _host_inputs(q, sigma, alpha)
   if inputs is None or _eager_host_calls_left[0] <= 0:
     return _rdp.sampled_gaussian(q, sigma, alpha, _nodes=_nodes)
