@@ -285,12 +285,9 @@ def dp_aggregate(
     del params, extra_args
     if not jax.tree_util.tree_leaves(updates):
       return updates, state
-    # One program (kept by jaxdp's disk cache for later processes) where an
-    # eager call dispatched some forty operations one by one; inside the
-    # caller's jit it is inlined.
     return apply_update(updates, state, mask)
 
-  @_persist.jit
+  @_persist.jit   # one program for an eager call (not ~40 op by op); inlined in a jit
   def apply_update(updates, state, mask):
     leaves, treedef = jax.tree_util.tree_flatten(updates)
     key, out = _noisy_mean(updates, leaves, state.key, l2_clip, noise_std,
