@@ -258,9 +258,7 @@ def dp_aggregate(
 
   def charge(steps_done):
     # Epoch events are charged in full at the first update of each epoch.
-    if epoch_len == 1:
-      return 1
-    return (steps_done % epoch_len == 0).astype(jnp.int32)
+    return 1 if epoch_len == 1 else (steps_done % epoch_len == 0).astype(jnp.int32)
 
   def next_exhausted(acc_state, steps_done):
     if budget is None:
@@ -297,9 +295,8 @@ def dp_aggregate(
       exhausted = next_exhausted(acc_state, state.steps + 1)
     else:
       acc_state, exhausted = (), state.exhausted
-    new_state = DpAggregateState(key=key, accountant_state=acc_state,
-                                 steps=state.steps + 1, exhausted=exhausted,
-                                 schedule=state.schedule)
+    new_state = state._replace(key=key, accountant_state=acc_state, steps=state.steps + 1,
+                               exhausted=exhausted)
     return jax.tree_util.tree_unflatten(treedef, out), new_state
 
   return _optax.GradientTransformationExtraArgs(init_fn, update_fn)
