@@ -233,7 +233,7 @@ def _call(entry, jitted, memo, sig, args, kwargs, dyn_args, dyn_kwargs):
   return out
 
 
-def _default_placed(leaves) -> bool:
+def default_placed(leaves) -> bool:
   """No tracer among the leaves, and every jax.Array on the default device."""
   default = None
   for leaf in leaves:
@@ -280,7 +280,7 @@ def jit(fun: Optional[Callable] = None, /, **jit_kwargs: Any):
     dyn_args = tuple(a for i, a in enumerate(args) if i not in nums)
     dyn_kwargs = {k: v for k, v in kwargs.items() if k not in names}
     leaves, tree = jax.tree_util.tree_flatten((dyn_args, dyn_kwargs))
-    if not _default_placed(leaves):
+    if not default_placed(leaves):
       return jitted(*args, **kwargs)
     try:
       static = (tuple((i, a) for i, a in enumerate(args) if i in nums),

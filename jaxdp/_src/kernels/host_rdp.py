@@ -68,13 +68,7 @@ def grid_rdp(q, sigma, orders, nodes):
   exact = rdp._exact_orders(orders)
   big = exact & (orders > _order_search._BASE_MAX)
   wide = sigma >= 0.3
-  out = np.empty((q.size, orders.size))
-  for rows, quad in ((wide, ~exact | big), (~wide, ~exact)):
-    for cols, by_quadrature in ((quad, True), (~quad, False)):
-      if np.any(rows) and np.any(cols):
-        out[np.ix_(rows, cols)] = _rdp_at(q[rows], sigma[rows], orders[cols], nodes,
-                                          by_quadrature)
-  return out
+  return _table(q, sigma, orders, nodes, ((wide, ~exact | big), (~wide, ~exact)))
 
 
 def node_groups(sigma):
@@ -98,11 +92,19 @@ def kernel_rdp(q, sigma, orders, nodes):
   finite, > 1), as the compiled kernel :func:`jaxdp.rdp.sampled_gaussian`
   computes concrete orders: the exact binomial sum for every integer order
   ≤ 4096, the quadrature with ``nodes`` per window for the others."""
-  exact = rdp._exact_orders(orders)
+  every = np.ones(q.size, bool)
+  return _table(q, sigma, orders, nodes, ((every, ~rdp._exact_orders(orders)),))
+
+
+def _table(q, sigma, orders, nodes, groups):
+  """(n, m) per-step RDP, each ``(rows, quad)`` of ``groups`` by quadrature
+  at the orders ``quad`` marks and by the exact binomial sum at the others."""
   out = np.empty((q.size, orders.size))
-  for cols, by_quadrature in ((~exact, True), (exact, False)):
-    if np.any(cols):
-      out[:, cols] = _rdp_at(q, sigma, orders[cols], nodes, by_quadrature)
+  for rows, quad in groups:
+    for cols, by_quadrature in ((quad, True), (~quad, False)):
+      if np.any(rows) and np.any(cols):
+        out[np.ix_(rows, cols)] = _rdp_at(q[rows], sigma[rows], orders[cols], nodes,
+                                          by_quadrature)
   return out
 
 

@@ -42,6 +42,7 @@ import jax
 import numpy as np
 
 from jaxdp._src.core import numerics as nx
+from jaxdp._src.core import persist
 from jaxdp._src.kernels import host_rdp
 from jaxdp._src.kernels import rdp as _rdp
 
@@ -60,24 +61,14 @@ _MAX_PAIRS = 16
 _MAX_CELLS = 4096
 
 
-def _on_default_device(x) -> bool:
-  """Not a jax.Array, or one on the device a host answer is placed on."""
-  if isinstance(x, jax.Array):
-    if jax.config.jax_default_device is not None:
-      return False
-    try:
-      return x.is_fully_addressable and x.devices() == {jax.devices()[0]}
-    except Exception:  # pylint: disable=broad-except  (deleted or exotic arrays)
-      return False
-  return True
-
-
 def _host_inputs(q, sigma, alpha):
-  """``(dtype, shape, q, σ, α)`` when the call can be answered on the host:
-  the kernel's dtype, the broadcast shape, and the inputs as float64 NumPy
-  at the dtype's rounding; else None (and no host call is counted)."""
+  """``(dtype, shape, pair_shape, q, σ, orders, order_index)`` when the call
+  can be answered on the host: the kernel's dtype, the broadcast shapes of
+  (q, σ, α) and of (q, σ), q and σ as float64 NumPy at the dtype's rounding,
+  the distinct orders (likewise) and where α takes each (α's shape); else
+  None (and no host call is counted)."""
   args = (q, sigma, alpha)
-  if any(isinstance(a, jax.core.Tracer) or not _on_default_device(a) for a in args):
+  if not persist.default_placed(args):   # a tracer, or an array on another device
     return None
   try:
     arrays = [np.asarray(a) for a in args]
@@ -98,16 +89,17 @@ def _host_inputs(q, sigma, alpha):
   a64 = np.asarray(arrays[2], np.float64)
   # Fractional orders enter the kernel in its dtype; integers are exact in both.
   a64 = np.where(_rdp._exact_orders(a64), a64, a64.astype(dtype).astype(np.float64))  # pylint: disable=protected-access
-  n_pairs = int(np.prod(np.broadcast_shapes(q64.shape, s64.shape)))
-  n_orders = np.unique(a64).size
-  if not (0 < n_pairs <= _MAX_PAIRS and n_pairs * n_orders <= _MAX_CELLS):
+  pair_shape = np.broadcast_shapes(q64.shape, s64.shape)
+  n_pairs = int(np.prod(pair_shape))
+  orders, order_index = np.unique(a64, return_inverse=True)
+  if not (0 < n_pairs <= _MAX_PAIRS and n_pairs * orders.size <= _MAX_CELLS):
     return None
   with np.errstate(invalid="ignore"):
     legal = (np.all((q64 >= 0) & (q64 <= 1)) and np.all(np.isfinite(s64) & (s64 > 0))
              and np.all(np.isfinite(a64) & (a64 > 1)))
   if not legal:
     return None
-  return dtype, shape, q64, s64, a64
+  return dtype, shape, pair_shape, q64, s64, orders, order_index.reshape(a64.shape)
 
 
 def sampled_gaussian(q, sigma, alpha, *, _nodes=None):  # pylint: disable=missing-function-docstring  (set below)
@@ -115,17 +107,14 @@ def sampled_gaussian(q, sigma, alpha, *, _nodes=None):  # pylint: disable=missin
   if inputs is None or _eager_host_calls_left[0] <= 0:
     return _rdp.sampled_gaussian(q, sigma, alpha, _nodes=_nodes)
   _eager_host_calls_left[0] -= 1
-  dtype, shape, q64, s64, a64 = inputs
-  pairs_q, pairs_s = (np.broadcast_to(x, np.broadcast_shapes(q64.shape, s64.shape)).reshape(-1)
-                      for x in (q64, s64))
-  orders, order_index = np.unique(a64, return_inverse=True)
+  dtype, shape, pair_shape, q64, s64, orders, order_index = inputs
+  pairs_q, pairs_s = (np.broadcast_to(x, pair_shape).reshape(-1) for x in (q64, s64))
   # The kernel chooses its quadrature nodes from the σ it was given.
   nodes = _rdp._nodes_for(sigma)  # pylint: disable=protected-access
   with np.errstate(all="ignore"):   # edge values (q = 0 or 1) are finite by design
     table = host_rdp.kernel_rdp(pairs_q, pairs_s, orders, nodes)
-  pair_index = np.arange(pairs_q.size).reshape(np.broadcast_shapes(q64.shape, s64.shape))
-  rows = np.broadcast_to(pair_index, shape)
-  cols = np.broadcast_to(order_index.reshape(a64.shape), shape)
+  rows = np.broadcast_to(np.arange(pairs_q.size).reshape(pair_shape), shape)
+  cols = np.broadcast_to(order_index, shape)
   return jax.device_put(nx.round_to_dtype_up(table[rows, cols], dtype))
 
 
