@@ -13,6 +13,7 @@ import pytest
 import jaxdp
 from jaxdp._src.core import numerics as nx
 from jaxdp import rdp
+from jaxdp._src.kernels import order_bounds
 from jaxdp._src.kernels import order_search as _order_search
 
 DP_ORDERS = np.concatenate([1.0 + np.arange(1, 100) / 10.0, np.arange(11, 64), [128, 256, 512, 1024]])
@@ -122,7 +123,7 @@ def test_bounds_contain_every_order(seed):
     table = np.asarray(rdp.sampled_gaussian(q[:, None], sigma[:, None], orders))
     known = rng.random(table.shape) < 0.2
     known[:, (orders == 2) | (orders == 3)] = True
-    lo, hi = jax.jit(_order_search._bounds, static_argnames="orders")(
+    lo, hi = jax.jit(order_bounds._bounds, static_argnames="orders")(
         jnp.asarray(np.where(known, table, np.inf)), jnp.asarray(known), jnp.asarray(q), jnp.asarray(sigma),
         orders=tuple(orders))
   lo, hi = np.asarray(lo), np.asarray(hi)
@@ -139,3 +140,36 @@ def test_plan_needs_base_orders_and_something_to_skip():
   assert _order_search.plan(tuple(DP_ORDERS) + (np.inf,)) is None              # α = ∞ handled exhaustively
   pl = _order_search.plan(tuple(DP_ORDERS))
   assert pl is not None and set(pl.orders[pl.base]) == set(range(2, 64))
+
+
+@pytest.mark.parametrize("kind", ["epsilon", "delta"])
+def test_probe_candidates_equal_the_general_program(kind):
+  """The search's compiled candidates (base orders + at most one probe per
+  configuration: constant neighbours, two programs) are bit for bit those of
+  :func:`candidates` compiled on the same table, in every round; with more
+  than one extra order per configuration it takes the general program."""
+  rng = np.random.default_rng(5)
+  n = 256
+  q, sigma, steps = _configs(rng, n, sigma_lo=0.05)
+  x = (np.exp(rng.uniform(np.log(1e-12), np.log(0.5), n)) if kind == "epsilon"
+       else rng.uniform(0.0, 20.0, n))
+  with nx.x64():
+    pl = _order_search.plan(tuple(DP_ORDERS))
+    key = tuple(float(o) for o in pl.orders)
+    full = np.asarray(rdp.sampled_gaussian(q[:, None], sigma[:, None], pl.orders))
+    args = tuple(jnp.asarray(v) for v in (q, sigma, steps, x))
+    general = jax.jit(lambda *a: _order_search.candidates(*a, orders=key, kind=kind,
+                                                          method="improved"))
+    for extra in (0, 1, 3):   # base only; one probe (or none) per row; the fallback
+      known = np.zeros(full.shape, bool)
+      known[:, pl.base] = True
+      for _ in range(extra):
+        col = rng.integers(0, pl.orders.size, n)
+        keep = rng.random(n) < 0.8
+        known[np.nonzero(keep)[0], col[keep]] = True
+      table = np.where(known, full, np.inf)
+      ours = _order_search._compiled_candidates(pl, key, args, kind, "improved", table, known)
+      ref = general(jnp.asarray(table), jnp.asarray(known), *args)
+      for a, b in zip(ours, ref):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+      assert np.asarray(ours[0]).any()   # not vacuous: some orders remain candidates
