@@ -309,3 +309,30 @@ def test_pld_guard_ceiling_on_the_host_then_compiled(monkeypatch):
   with nx.x64():
     _rdp_driver.guard_rdp("epsilon", np.full(n, 0.01), np.ones(n), np.full(n, 100.0), np.full(n, 1e-5))
   assert host_calls == [] and _rdp_driver._pld_guard_questions_left == [5]
+
+
+@pytest.mark.parametrize("kind", ["epsilon", "delta"])
+def test_repeated_configurations_are_computed_once_with_the_same_bits(kind, monkeypatch):
+  """The host path evaluates each distinct (q, σ) table and (q, σ, α)
+  quadrature once (a PLD profile's RDP guard asks one (q, σ) at every ε of
+  its grid): the answers of a batch with repeated rows are those of each
+  row asked alone, bit for bit, and the quadrature sees fewer points."""
+  q, sigma, steps, delta, eps = _domain(12, seed=8)
+  x = delta if kind == "epsilon" else eps
+  rep = np.repeat(np.arange(12), 5)                  # each configuration five times,
+  xs = x[rep] * np.tile([1.0, 0.5, 0.25, 2.0, 1.0], 12)[: rep.size] ** (kind == "delta")
+  seen = []
+  real = rdp_impl.quadrature_rdp
+  monkeypatch.setattr(rdp_impl, "quadrature_rdp",
+                      lambda q, s, a, nodes, xp: seen.append(np.size(a)) or real(q, s, a, nodes, xp))
+  with nx.x64():
+    together = _host_rdp.minimum_over_all_orders(kind, "improved", q[rep], sigma[rep], steps[rep],
+                                                 xs, rdp_impl.NODES_PER_WINDOW)
+    points = sum(seen)
+    alone = np.concatenate([
+        _host_rdp.minimum_over_all_orders(kind, "improved", q[rep][i:i + 1], sigma[rep][i:i + 1],
+                                          steps[rep][i:i + 1], xs[i:i + 1],
+                                          rdp_impl.NODES_PER_WINDOW)
+        for i in range(rep.size)])
+  np.testing.assert_array_equal(together, alone)
+  assert points < sum(seen) - points     # repeated rows share their quadrature points

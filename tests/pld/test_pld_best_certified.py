@@ -262,3 +262,62 @@ def test_rdp_epsilon_floor_is_below_the_full_value_over_the_domain():
   assert np.sum(pos) >= 150   # most of the sample has ε > 0
   assert np.all(floor[pos] <= full[pos] * (1 + 1e-12) + 1e-12), np.flatnonzero(floor > full)
   assert mnist_full * 0.98 <= float(mnist[0]) <= mnist_full
+
+
+def test_rdp_delta_floor_is_below_the_full_value_over_the_domain():
+  """jaxdp._src.kernels.host_rdp.delta_floor (which lets ``pld.delta`` skip
+  the full RDP δ where the PLD upper end is below it) never exceeds the
+  full default-path RDP δ over a log-uniform sample of the whole domain (q
+  1e-6..1, σ 0.05..30, T 1..1e6, ε 0..100, with ε = 0, q = 0 and q = 1),
+  KL clause included, and is close to it in the DP-SGD regime (MNIST at
+  ε = 1: within 20%)."""
+  from jaxdp._src.kernels import rdp_driver as _rdp_driver
+  from jaxdp._src.kernels import host_rdp as _host_rdp
+  from jaxdp._src.core.numerics import x64
+  rng = np.random.default_rng(36)
+  n = 240
+  q = 10 ** rng.uniform(-6, 0, n)
+  s = 10 ** rng.uniform(np.log10(0.05), np.log10(30), n)
+  t = np.round(10 ** rng.uniform(0, 6, n))
+  e = 10 ** rng.uniform(-3, 2, n)
+  q[:3], e[3:8] = [0.0, 1.0, 1.0], 0.0
+  with x64():
+    floor = _host_rdp.delta_floor(q, s, t, e)
+    full = _rdp_driver.guard_rdp("delta", q, s, t, e)
+    mnist = _host_rdp.delta_floor(*(np.array([v]) for v in (256 / 60000, 1.1, 3750.0, 1.0)))
+    mnist_full = _rdp_driver.guard_rdp("delta", 256 / 60000, 1.1, 3750, 1.0)
+  assert np.all(floor <= full * (1 + 1e-12)), np.flatnonzero(floor > full * (1 + 1e-12))
+  assert mnist_full * 0.8 <= float(mnist[0]) <= mnist_full
+
+
+def test_pld_delta_skips_the_full_rdp_value_only_where_the_answer_cannot_move(monkeypatch):
+  """``pld.delta`` (and the trade-off curves built on it) computes the full
+  RDP δ only where it may be below the PLD upper end: its answers are bit
+  for bit those of the path that computes it everywhere, on a batch over
+  the DP-SGD domain and on a trade-off ε grid, where the full value is
+  skipped for most ε (the floor is loose at large ε, where the batch's
+  tiny δ then need the full value)."""
+  from jaxdp._src.pld import kernel_guards as _kernel_guards
+  from jaxdp._src.core.numerics import x64
+  rng = np.random.default_rng(9)
+  n = 24
+  q = 10 ** rng.uniform(-4, -0.5, n)
+  s = 10 ** rng.uniform(-0.3, 1, n)
+  t = np.round(10 ** rng.uniform(0, 4, n))
+  e = np.concatenate([rng.uniform(0, 8, n - 4), [0.0, 0.01, 30.0, np.inf]])
+  grid = np.linspace(0.0, 3.0, 64)   # a profile's ε grid: one (q, σ, T)
+  for args, most in [((q, s, t, e), False), ((256 / 60000, 1.1, 3750, grid), True)]:
+    asked = []
+    real = _kernel_guards._full_rdp
+    monkeypatch.setattr(_kernel_guards, "_full_rdp",
+                        lambda name, flat: asked.append(flat[0].size) or real(name, flat))
+    with x64():
+      lo, up, _ = pld_impl.guarded_bounds("delta", *args, best=True, rdp_value=False)
+      skipped = np.size(up) - sum(asked)
+      monkeypatch.setattr(_kernel_guards, "_full_rdp", real)
+      lo_full, up_full, _ = pld_impl.guarded_bounds("delta", *args, best=True)
+    np.testing.assert_array_equal(up, up_full)
+    np.testing.assert_array_equal(lo, lo_full)
+    assert skipped > (np.size(up) / 2 if most else 0), (skipped, np.size(up))
+  lo_pub, up_pub = pld.delta(256 / 60000, 1.1, 3750, grid, return_bounds=True)
+  np.testing.assert_array_equal(up_pub, up)

@@ -54,8 +54,23 @@ def _converted(kind, method, steps, x, alpha, per, xp=jnp):
 
 def _parts(kind, method, nodes, q, sigma, steps, x, xp=jnp):
   """The per-step RDP (quadrature, rounded up) and conversion of :func:`golden_section`."""
-  per_step = lambda alpha: rdp.quadrature_rdp(q, sigma, alpha, nodes, xp)
+  if xp is np:
+    per_step = lambda alpha: distinct_quadrature(q, sigma, alpha, nodes)
+  else:
+    per_step = lambda alpha: rdp.quadrature_rdp(q, sigma, alpha, nodes, xp)
   return per_step, functools.partial(_converted, kind, method, steps, x, xp=xp)
+
+
+def distinct_quadrature(q, sigma, alpha, nodes):
+  """``rdp.quadrature_rdp`` in NumPy on flat arrays, each distinct (q, σ, α)
+  once (elementwise, so the same values; the host path's configurations
+  often share (q, σ), e.g. a PLD profile's RDP guard over its ε grid)."""
+  q, sigma, alpha = np.broadcast_arrays(*(np.asarray(v, np.float64) for v in (q, sigma, alpha)))
+  triples, inverse = np.unique(np.stack([q.ravel(), sigma.ravel(), alpha.ravel()], axis=1), axis=0,
+                               return_inverse=True)
+  if triples.shape[0] == q.size:
+    return rdp.quadrature_rdp(q, sigma, alpha, nodes, np)
+  return rdp.quadrature_rdp(*triples.T, nodes, np)[inverse.reshape(-1)].reshape(q.shape)
 
 
 @functools.partial(persist.jit, static_argnames=("kind", "method", "nodes", "iterations",

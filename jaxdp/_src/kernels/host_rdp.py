@@ -109,7 +109,17 @@ def _table(q, sigma, orders, nodes, groups):
 
 
 def _rdp_at(q, sigma, orders, nodes, by_quadrature):
-  """(n, m) per-step RDP by quadrature, or by the exact binomial sum."""
+  """(n, m) per-step RDP by quadrature, or by the exact binomial sum; each
+  distinct (q, σ) once (a PLD profile's guard asks one per ε of its grid),
+  row by row the same values."""
+  pairs, inverse = np.unique(np.stack([q, sigma], axis=1), axis=0, return_inverse=True)
+  if pairs.shape[0] < q.size:
+    return _rdp_rows(pairs[:, 0], pairs[:, 1], orders, nodes, by_quadrature)[inverse.reshape(-1)]
+  return _rdp_rows(q, sigma, orders, nodes, by_quadrature)
+
+
+def _rdp_rows(q, sigma, orders, nodes, by_quadrature):
+  """:func:`_rdp_at` row by row."""
   if by_quadrature:
     return rdp.quadrature_rdp(q[:, None], sigma[:, None], orders[None, :], nodes, np)
   qq, ss, log_q, log_1mq, _ = rdp._prep(q, sigma, np)
@@ -175,7 +185,7 @@ def _pairs_rdp(q, sigma, alpha, nodes):
   exact = rdp._exact_orders(alpha)
   quad = ~exact | ((alpha > _order_search._BASE_MAX) & (sigma >= 0.3))
   if np.any(quad):
-    out[quad] = rdp.quadrature_rdp(q[quad], sigma[quad], alpha[quad], nodes, np)
+    out[quad] = _continuous_order.distinct_quadrature(q[quad], sigma[quad], alpha[quad], nodes)
   for order in np.unique(alpha[~quad]):   # a few large integer orders at σ < 0.3
     sel = ~quad & (alpha == order)
     out[sel] = _rdp_at(q[sel], sigma[sel], np.array([order]), nodes, False)[:, 0]
@@ -256,19 +266,8 @@ def epsilon_floor(q, sigma, steps, delta):
       vb = (g0 + s0 * (b - x0) + nld) / (b - 1.0)
       return np.minimum(va, vb) + c(a)
 
-    best = np.full(q.shape, np.inf)
-    frac = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
-    for i in range(len(k) - 1):      # [k_i, k_i+1], lines through (i-1, i) and (i+1, i+2)
-      for j in range(4):
-        a, b = k[i] + frac[j], k[i] + frac[j + 1]
-        lines = []
-        if i >= 1:
-          lines.append(piece_bound(a, b, g[:, i:i + 1], slope[:, i - 1:i], k[i]))
-        if i + 2 < len(k):
-          lines.append(piece_bound(a, b, g[:, i + 1:i + 2], slope[:, i + 1:i + 2], k[i + 1]))
-        # rdp(α) >= rdp(k_i) for α >= k_i (monotone): g >= (α - 1)·rdp(k_i)
-        lines.append(rdp_k[:, i:i + 1] + nld / (b - 1.0) + c(a))
-        best = np.minimum(best, np.max(np.concatenate(lines, axis=1), axis=1))
+    best = _integer_pieces_min(
+        k, g, slope, piece_bound, lambda a, b, i: rdp_k[:, i:i + 1] + nld / (b - 1.0) + c(a))
     best = np.minimum(best, rdp_k[:, -1] + c(k[-1]))                  # beyond 64
     # (1, 2]: secant through orders 2, 3 extended left, and rdp >= 0.
     pts = 1.0 + 2.0 ** -np.arange(6.0, -1.0, -1.0)                    # 1 + 1/64 ... 2
@@ -280,3 +279,92 @@ def epsilon_floor(q, sigma, steps, delta):
     best = np.minimum(best, math.log(x0) - math.log(2.0) - 1.0 + nld[:, 0] / x0)
     best = best - 1e-9 * np.abs(best) - 1e-12
   return np.where((delta < 0.9) & ~np.isnan(best), best, -np.inf)
+
+
+def delta_floor(q, sigma, steps, epsilon):
+  """A lower bound on the default-path RDP δ (every real order the path can
+  evaluate, α ∈ (1, 2·max(DEFAULT_ORDERS)]), from the exact integer-order
+  sums of :func:`small_order_ceiling`: :func:`epsilon_floor`'s argument for
+  δ (Balle et al. 2020, Prop. 12, with the KL clause).
+
+  log δ(α) = min(½·log(1 - e^{-T·rdp(α)}), T·g(α) - (α-1)·ε + h(α)) with
+  g(α) = (α - 1)·rdp(α) convex, g(1) = 0, and h(α) = (α-1)·log(1 - 1/α) -
+  log α, decreasing (h' = log(1 - 1/α) < 0). The KL part is increasing in
+  rdp(α), which is at least 2·TV² (D_α ≥ D_1 = KL ≥ 2·TV², Pinsker; TV =
+  q·erf(1/(2√2σ))), at least rdp(k_i) on [k_i, k_i+1] and beyond 64 at
+  least rdp(64) (non-decreasing), and on (1, 2] at least the secant through
+  orders 2 and 3 divided by α - 1 (a ratio of linear functions: its smaller
+  end value on each piece). The other part, on each piece [a, b]: below
+  by any line under T·g (the secants through neighbouring integer orders
+  2..64, and (α - 1)·T·rdp(k_i) for α ≥ k_i: rdp is non-decreasing) minus
+  (α - 1)·ε, linear, so its smaller end value, plus h(b). On (1, 2]: the
+  secant through orders 2 and 3 extended left, and g ≥ 0; below 1 + 1/64:
+  g ≥ 0 and x·log x - (1 + x)·log(1 + x) ≥ its value at x = 1/64 (x = α -
+  1); beyond 64: (α - 1)·(T·rdp(64) - ε) - 1 - log α. The sums' rounding
+  allowance (~1e-12 relative) is undone by the factor 1 - 1e-9.
+
+  Args:
+    q, sigma, steps, epsilon: flat float64 arrays of one shape.
+  Returns:
+    float64 NumPy array of δ lower bounds in [0, 1].
+  """
+  k = _SMALL_ORDERS                                                   # 2, 3, ..., 64
+  top = 2.0 * float(rdp.DEFAULT_ORDERS[-1])                           # the golden bracket's end
+  with np.errstate(all="ignore"):
+    rdp_k = steps[:, None] * _rdp_at(q, sigma, k, rdp_quadrature.NODES_PER_WINDOW, False)
+    rdp_k = np.where(np.isnan(rdp_k), 0.0, rdp_k) * (1.0 - 1e-9)
+    g = (k - 1.0) * rdp_k                                             # T·g at the orders
+    eps = epsilon[:, None]
+    slope = np.diff(g, axis=1)
+    h = lambda a: (a - 1.0) * np.log1p(-1.0 / a) - np.log(a)
+
+    def piece_bound(a, b, g0, s0, x0):
+      """min over [a, b] of g0 + s0·(α - x0) - (α - 1)·ε, + h(b)."""
+      va = g0 + s0 * (a - x0) - (a - 1.0) * eps
+      vb = g0 + s0 * (b - x0) - (b - 1.0) * eps
+      return np.minimum(va, vb) + h(b)
+
+    tv = q * np.frompyfunc(math.erf, 1, 1)(1.0 / (2.0 * math.sqrt(2.0) * sigma)).astype(np.float64)
+    pinsker = steps * 2.0 * (tv * (1.0 - 1e-9)) ** 2                 # T·D_α ≥ T·KL ≥ T·2TV²
+    kl = lambda total: 0.5 * np.log(-np.expm1(-np.maximum(total, pinsker)))   # the KL part
+    best = _integer_pieces_min(k, g, slope, piece_bound,
+                               lambda a, b, i: piece_bound(a, b, 0.0, rdp_k[:, i:i + 1], 1.0),
+                               cap=lambda i: kl(rdp_k[:, i]))         # rdp ≥ rdp(k_i) there
+    r64 = rdp_k[:, -1] - epsilon                                       # beyond 64
+    best = np.minimum(best, np.minimum(
+        np.minimum((k[-1] - 1.0) * r64, (top - 1.0) * r64) - 1.0 - math.log(top), kl(rdp_k[:, -1])))
+    pts = 1.0 + 2.0 ** -np.arange(6.0, -1.0, -1.0)                    # 1 + 1/64 ... 2
+    sec_rdp = lambda a: (g[:, 0] + (a - 2.0) * slope[:, 0]) / (a - 1.0)  # T·rdp ≥ it on (1, 2]
+    for a, b in zip(pts[:-1], pts[1:]):
+      sec = piece_bound(a, b, g[:, :1], slope[:, :1], 2.0)[:, 0]
+      zero = -(b - 1.0) * epsilon + h(b)
+      best = np.minimum(best, np.minimum(np.maximum(sec, zero),
+                                         kl(np.minimum(sec_rdp(a), sec_rdp(b)))))
+    x0 = pts[0] - 1.0
+    best = np.minimum(best, np.minimum(
+        -x0 * epsilon + x0 * math.log(x0) - (1.0 + x0) * math.log1p(x0), kl(0.0)))
+    best = best - 1e-9 * np.abs(best) - 1e-12
+  return np.where(np.isnan(best), 0.0, np.minimum(np.exp(best), 1.0))
+
+
+def _integer_pieces_min(k, g, slope, piece_bound, monotone_bound, cap=None):
+  """min over the pieces [a, b] (four per unit) between the integer orders
+  ``k`` = 2..64 of the largest of the lower bounds valid there: ``piece_bound``
+  of the secant lines through the neighbouring pairs of orders (g convex lies
+  above each, extended beyond its chord) and ``monotone_bound(a, b, i)``
+  from rdp(α) >= rdp(k_i) for α >= k_i; with ``cap(i)``, the smaller of
+  that and ``cap(i)`` on [k_i, k_i+1]. (n,) array."""
+  best = np.full(g.shape[:1], np.inf)
+  frac = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
+  for i in range(len(k) - 1):      # [k_i, k_i+1], lines through (i-1, i) and (i+1, i+2)
+    for j in range(4):
+      a, b = k[i] + frac[j], k[i] + frac[j + 1]
+      lines = []
+      if i >= 1:
+        lines.append(piece_bound(a, b, g[:, i:i + 1], slope[:, i - 1:i], k[i]))
+      if i + 2 < len(k):
+        lines.append(piece_bound(a, b, g[:, i + 1:i + 2], slope[:, i + 1:i + 2], k[i + 1]))
+      lines.append(monotone_bound(a, b, i))
+      piece = np.max(np.concatenate(lines, axis=1), axis=1)
+      best = np.minimum(best, piece if cap is None else np.minimum(piece, cap(i)))
+  return best

@@ -320,7 +320,7 @@ def delta(q, sigma, steps, epsilon, *, value_discretization_interval=None, rtol=
     ValueError: naming the argument and value when an input is out of range.
   """
   lo, up, _ = guarded_bounds("delta", q, sigma, steps, epsilon,
-                             value_discretization_interval, rtol, best=True)
+                             value_discretization_interval, rtol, best=True, rdp_value=False)
   return (lo, up) if return_bounds else up
 
 
@@ -385,11 +385,12 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
   (:mod:`jaxdp._src.pld.fallback`).
 
   Without ``rdp_value`` (callers that read the interval alone) the full RDP
-  ε is computed only where it may be below the PLD upper end: where a cheap
-  lower bound on it (:func:`jaxdp._src.kernels.host_rdp.epsilon_floor`) is at least the
-  upper end and the certified lower end is positive, min(upper, RDP) is the
-  upper end whatever the full value, and ``rdp_upper`` there is the cheap
-  ceiling (an RDP upper bound, not the default-path value). ε only.
+  value is computed only where it may be below the PLD upper end: where a
+  cheap lower bound on it (:func:`jaxdp._src.kernels.host_rdp.epsilon_floor`,
+  for ε also a positive certified lower end; :func:`~jaxdp._src.kernels.host_rdp.delta_floor`)
+  is at least the upper end, min(upper, RDP) is the upper end whatever the
+  full value, and ``rdp_upper`` there is the cheap ceiling (an RDP upper
+  bound, not the default-path value).
 
   Returns:
     ``(lower, upper, rdp_upper)`` NumPy arrays of the broadcast shape.
@@ -426,7 +427,7 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
     up = _rdp_driver.delta_floor(up, q, steps, value)
   lo, up, rdp_up = _guard(name, clip(lo).reshape(shape), up, q, sigma, steps, value, shape,
                           full_rdp, one=one_step[0] if one_step else None,
-                          skip_full=full_rdp and not rdp_value and name == "epsilon")
+                          skip_full=full_rdp and not rdp_value)
   if best:   # never above the RDP answer (both are certified upper bounds)
     lo, up = _pld_fallback.combine(lo, up, None, rdp_up)
   return lo, up, rdp_up

@@ -41,7 +41,7 @@ def _guard(name, lo, up, q, sigma, steps, value, shape, full_rdp=True, one=None,
   flat = [a.reshape(-1) for a in (q, sigma, steps, value)]
   with num.x64():
     if full_rdp and skip_full:
-      rdp_up, full = _rdp_unless_below_floor(flat, lo.reshape(-1), up.reshape(-1))
+      rdp_up, full = _rdp_unless_below_floor(name, flat, lo.reshape(-1), up.reshape(-1))
     elif full_rdp:
       rdp_up, full = _full_rdp(name, flat), np.ones(lo.size, bool)
     else:
@@ -58,19 +58,23 @@ def _guard(name, lo, up, q, sigma, steps, value, shape, full_rdp=True, one=None,
   return lo, up, rdp_up
 
 
-def _rdp_unless_below_floor(flat, lo, up):
-  """(RDP ε, where it is the full value): the full default-path value where
-  it may lie below ``up``; elsewhere (a certified lower end > 0 and
-  ``up`` <= a lower bound on the full value) the cheap ceiling, which then
-  changes neither min(up, RDP) nor the guard lower <= RDP."""
+def _rdp_unless_below_floor(name, flat, lo, up):
+  """(RDP value, where it is the full value): the full default-path value
+  where it may lie below ``up``; elsewhere (``up`` <= a lower bound on the
+  full value, for ε also a certified lower end > 0) the cheap ceiling, which
+  then changes neither min(up, RDP) nor the guard lower <= RDP."""
   from jaxdp._src.kernels import host_rdp as _host_rdp  # pylint: disable=g-import-not-at-top
-  floor = _host_rdp.epsilon_floor(*flat)
-  values = _host_rdp.small_order_ceiling("epsilon", *flat)
+  values = _host_rdp.small_order_ceiling(name, *flat)
   # (the ceiling is never below the full value; where it is below up, the
   # full value is needed whatever the floor says)
-  need = ~((lo > 0) & (up <= floor) & (values >= up))
+  if name == "epsilon":
+    skip = (lo > 0) & (up <= _host_rdp.epsilon_floor(*flat)) & (values >= up)
+  else:
+    values = _rdp_driver.delta_floor(values, flat[0], flat[2], flat[3])
+    skip = (up <= _host_rdp.delta_floor(*flat)) & (values >= up)
+  need = ~skip
   if np.any(need):
-    values[need] = _full_rdp("epsilon", [a[need] for a in flat])
+    values[need] = _full_rdp(name, [a[need] for a in flat])
   return values, need
 
 
