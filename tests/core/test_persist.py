@@ -227,3 +227,55 @@ def test_a_function_made_per_call_frees_its_programs(tmp_path, monkeypatch):
   assert kept._persist_memo
   persist.clear_memory()
   assert not kept._persist_memo
+
+
+_TWO_PROCESS_SCRIPT = textwrap.dedent("""
+    import sys, jax, numpy as np
+    jax.distributed.initialize(sys.argv[2], num_processes=2, process_id=int(sys.argv[1]))
+    import jax.numpy as jnp
+    from jaxdp._src.core import persist
+    persist._MIN_COMPILE_SECONDS = 0.0
+    f = persist.jit(lambda x: x * 2.0 + jnp.sin(x) * jnp.cos(x) ** 3)
+    g = persist.jit(lambda y: y.sum())
+    print(float(g(f(jnp.linspace(0.0, 1.0, 4096)))))   # one program's output into another
+""")
+
+
+def _two_processes(tmp_path):
+  import socket  # pylint: disable=g-import-not-at-top
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  env = {k: v for k, v in os.environ.items()
+         if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))}
+  env.update(JAXDP_CACHE_DIR=str(tmp_path), JAX_PLATFORMS="cpu")
+  procs = [subprocess.Popen([sys.executable, "-c", _TWO_PROCESS_SCRIPT, str(i), f"127.0.0.1:{port}"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for i in range(2)]
+  outs = [p.communicate(timeout=120) for p in procs]
+  assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+  return [float(out.strip().splitlines()[-1]) for out, _ in outs]
+
+
+@pytest.mark.slow
+def test_two_processes_with_a_warm_cache(tmp_path):
+  """Under ``jax.distributed`` (README's two-process sweep) a second run with
+  the cache of the first works: an executable loaded from disk there
+  returned arrays a second loaded executable refused ("CopyArrays only
+  supports destination device list of the same size"), so in a
+  multi-process run the wrapped functions are plain ``jax.jit``."""
+  first = _two_processes(tmp_path)
+  assert _two_processes(tmp_path) == first
+
+
+def test_multi_process_runs_take_plain_jit(tmp_path, monkeypatch):
+  """In a process of a multi-process run nothing is loaded or stored."""
+  monkeypatch.setenv("JAXDP_CACHE_DIR", str(tmp_path))
+  monkeypatch.setattr(persist, "_MIN_COMPILE_SECONDS", 0.0)
+  monkeypatch.setattr(persist, "_jax_cache_on", lambda: False)
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  f = persist.jit(lambda x: x * 3.0 + 2.0)
+  x = np.arange(4.0, dtype=np.float32)
+  np.testing.assert_array_equal(f(x), x * 3 + 2)
+  assert _entries(tmp_path / "executables") == []
+  assert not persist.default_placed([jnp.asarray(x)])

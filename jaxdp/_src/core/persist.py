@@ -22,7 +22,12 @@ own programs only:
   constant, closure or monkeypatched global lowers to another text.
 * Inside a trace (``jit``, ``vmap``, ``grad``, ``scan`` of the caller), under
   ``jax.disable_jit()``, with arguments placed on a device other than the
-  default one, or with the cache off, it is exactly ``jax.jit``.
+  default one, in a process of a multi-process (``jax.distributed``) run, or
+  with the cache off, it is exactly ``jax.jit``. (Under ``jax.distributed``
+  an executable loaded from disk returned arrays that a second loaded
+  executable refused, "CopyArrays only supports destination device list of
+  the same size": README's two-process sweep failed whenever the cache was
+  warm.)
 
 Location: ``$JAXDP_CACHE_DIR/executables`` (``JAXDP_CACHE_DIR=off`` turns
 this cache off), else ``$XDG_CACHE_HOME/jaxdp/xla/executables`` (default
@@ -234,7 +239,10 @@ def _call(entry, jitted, memo, sig, args, kwargs, dyn_args, dyn_kwargs):
 
 
 def default_placed(leaves) -> bool:
-  """No tracer among the leaves, and every jax.Array on the default device."""
+  """No tracer among the leaves, every jax.Array on the default device, and
+  a single-process run (module docstring)."""
+  if jax.process_count() != 1:
+    return False
   default = None
   for leaf in leaves:
     if isinstance(leaf, jax.core.Tracer):
