@@ -168,7 +168,11 @@ def _take_runs(x, index):
 
 @functools.partial(persist.jit, static_argnames=("orders", "base"))
 def _probe_bounds(base_table, probe, probe_value, q, sigma, *, orders, base):
-  """The per-step RDP intervals and the evaluated mask of :func:`_probe_candidates`."""
+  """``(rdp_lo, rdp_hi, known)`` of :func:`_bounds` where the evaluated
+  orders are the base ones and at most one probe per configuration
+  (arguments: :func:`jaxdp._src.kernels.order_search._probe_candidates`'s):
+  the base orders' neighbours are constants, moved by the probe only where
+  it lies between an order and its nearest base neighbour."""
   n, m, dtype = q.shape[0], len(orders), base_table.dtype
   grid = _grid(orders, dtype)
   base = np.asarray(base)

@@ -62,6 +62,8 @@ _PROBE_WHEN = 2.0
 # Upper ends of the size buckets of exactly summed orders evaluated in pairs
 # (each pair's sum is padded to its bucket's largest order).
 _PAIR_BUCKETS = (128, 256, 512, 1024, 2048, 4096)
+
+
 class _Plan(NamedTuple):
   orders: np.ndarray      # sorted unique orders
   base: np.ndarray        # indices of the always-evaluated integer orders
