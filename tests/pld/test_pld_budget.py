@@ -60,7 +60,7 @@ def _stub_ceiling(monkeypatch, value):
     return np.full(flat[0].size, 7.0)
 
   monkeypatch.setattr(_host_rdp, "small_order_ceiling",
-                      lambda kind, q, s, t, x: np.full(q.size, float(value)))
+                      lambda kind, q, s, t, x, per_step=None: np.full(q.size, float(value)))
   monkeypatch.setattr(_kernel_guards, "_full_rdp", full)
   return calls
 
@@ -86,7 +86,7 @@ def test_pld_epsilon_guard_falls_back_to_the_full_rdp_value(monkeypatch):
   q, s, t, d = np.array([0.01, 0.004]), np.array([1.0, 0.8]), np.array([500.0, 2000.0]), 1e-5
   want = pld.epsilon(q, s, t, d, return_bounds=True)
   monkeypatch.setattr(_host_rdp, "small_order_ceiling",
-                      lambda kind, q, s, t, x: np.full(q.size, 1e-3))
+                      lambda kind, q, s, t, x, per_step=None: np.full(q.size, 1e-3))
   got = pld.epsilon(q, s, t, d, return_bounds=True)   # strict guards: raises on a violation
   np.testing.assert_array_equal(got, want)
 

@@ -199,7 +199,18 @@ _SMALL_ORDERS = rdp.DEFAULT_ORDERS[rdp._exact_orders(rdp.DEFAULT_ORDERS)
                                    & (rdp.DEFAULT_ORDERS <= _order_search._BASE_MAX)]
 
 
-def small_order_ceiling(kind, q, sigma, steps, x):
+def small_order_rdp(q, sigma):
+  """Per-step RDP at :data:`_SMALL_ORDERS` (exact sums), (n, len(_SMALL_ORDERS)):
+  what :func:`small_order_ceiling`, :func:`epsilon_floor` and
+  :func:`delta_floor` start from (pass it as ``per_step`` to compute it once)."""
+  return _rdp_at(q, sigma, _SMALL_ORDERS, rdp_quadrature.NODES_PER_WINDOW, False)
+
+
+def _per_step(q, sigma, per_step):
+  return small_order_rdp(q, sigma) if per_step is None else per_step
+
+
+def small_order_ceiling(kind, q, sigma, steps, x, per_step=None):
   """A cheap RDP upper bound: the default-path value restricted to
   :data:`_SMALL_ORDERS` (exact sums only; no quadrature, no order search).
 
@@ -212,18 +223,18 @@ def small_order_ceiling(kind, q, sigma, steps, x):
   Args:
     kind: "epsilon" or "delta".
     q, sigma, steps, x: flat float64 arrays of one shape.
+    per_step: :func:`small_order_rdp` of (q, σ), if already computed.
   Returns:
     float64 NumPy array of the values.
   """
   with np.errstate(all="ignore"):
-    total = steps[:, None] * _rdp_at(q, sigma, _SMALL_ORDERS, rdp_quadrature.NODES_PER_WINDOW,
-                                     False)
+    total = steps[:, None] * _per_step(q, sigma, per_step)
     if kind == "epsilon":
       return rdp_convert.to_epsilon_xp(total, _SMALL_ORDERS, x, "improved", np)[0]
     return rdp_convert.to_delta_xp(total, _SMALL_ORDERS, x, np)
 
 
-def epsilon_floor(q, sigma, steps, delta):
+def epsilon_floor(q, sigma, steps, delta, per_step=None):
   """A lower bound on the default-path RDP ε (improved conversion, every real
   order α > 1), from the exact integer-order sums of :func:`small_order_ceiling`.
 
@@ -246,16 +257,14 @@ def epsilon_floor(q, sigma, steps, delta):
 
   Args:
     q, sigma, steps, delta: flat float64 arrays of one shape.
+    per_step: :func:`small_order_rdp` of (q, σ), if already computed.
   Returns:
     float64 NumPy array (-inf where no bound is available, δ >= 0.9).
   """
   k = _SMALL_ORDERS                                                   # 2, 3, ..., 64
   with np.errstate(all="ignore"):
-    rdp_k = steps[:, None] * _rdp_at(q, sigma, k, rdp_quadrature.NODES_PER_WINDOW, False)
-    rdp_k = np.where(np.isnan(rdp_k), 0.0, rdp_k) * (1.0 - 1e-9)
-    g = (k - 1.0) * rdp_k                                             # T·g at the orders
+    rdp_k, g, slope = _floor_parts(steps, _per_step(q, sigma, per_step))
     nld = -np.log(delta)[:, None]
-    slope = np.diff(g, axis=1)                                         # (n, 62)
 
     def c(a):
       return np.log1p(-1.0 / a) - np.log(a) / (a - 1.0)
@@ -281,7 +290,7 @@ def epsilon_floor(q, sigma, steps, delta):
   return np.where((delta < 0.9) & ~np.isnan(best), best, -np.inf)
 
 
-def delta_floor(q, sigma, steps, epsilon):
+def delta_floor(q, sigma, steps, epsilon, per_step=None):
   """A lower bound on the default-path RDP δ (every real order the path can
   evaluate, α ∈ (1, 2·max(DEFAULT_ORDERS)]), from the exact integer-order
   sums of :func:`small_order_ceiling`: :func:`epsilon_floor`'s argument for
@@ -305,17 +314,15 @@ def delta_floor(q, sigma, steps, epsilon):
 
   Args:
     q, sigma, steps, epsilon: flat float64 arrays of one shape.
+    per_step: :func:`small_order_rdp` of (q, σ), if already computed.
   Returns:
     float64 NumPy array of δ lower bounds in [0, 1].
   """
   k = _SMALL_ORDERS                                                   # 2, 3, ..., 64
   top = 2.0 * float(rdp.DEFAULT_ORDERS[-1])                           # the golden bracket's end
   with np.errstate(all="ignore"):
-    rdp_k = steps[:, None] * _rdp_at(q, sigma, k, rdp_quadrature.NODES_PER_WINDOW, False)
-    rdp_k = np.where(np.isnan(rdp_k), 0.0, rdp_k) * (1.0 - 1e-9)
-    g = (k - 1.0) * rdp_k                                             # T·g at the orders
+    rdp_k, g, slope = _floor_parts(steps, _per_step(q, sigma, per_step))
     eps = epsilon[:, None]
-    slope = np.diff(g, axis=1)
     h = lambda a: (a - 1.0) * np.log1p(-1.0 / a) - np.log(a)
 
     def piece_bound(a, b, g0, s0, x0):
@@ -345,6 +352,16 @@ def delta_floor(q, sigma, steps, epsilon):
         -x0 * epsilon + x0 * math.log(x0) - (1.0 + x0) * math.log1p(x0), kl(0.0)))
     best = best - 1e-9 * np.abs(best) - 1e-12
   return np.where(np.isnan(best), 0.0, np.minimum(np.exp(best), 1.0))
+
+
+def _floor_parts(steps, per_step):
+  """T·rdp at the orders 2..64 scaled by 1 - 1e-9 (below the true values:
+  the sums' rounding allowance is ~1e-12 relative; NaN read as 0), T·g =
+  (α - 1)·T·rdp there, and g's slopes between neighbouring orders."""
+  rdp_k = steps[:, None] * per_step
+  rdp_k = np.where(np.isnan(rdp_k), 0.0, rdp_k) * (1.0 - 1e-9)
+  g = (_SMALL_ORDERS - 1.0) * rdp_k
+  return rdp_k, g, np.diff(g, axis=1)
 
 
 def _integer_pieces_min(k, g, slope, piece_bound, monotone_bound, cap=None):

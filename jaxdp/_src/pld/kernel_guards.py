@@ -64,18 +64,28 @@ def _rdp_unless_below_floor(name, flat, lo, up):
   full value, for ε also a certified lower end > 0) the cheap ceiling, which
   then changes neither min(up, RDP) nor the guard lower <= RDP."""
   from jaxdp._src.kernels import host_rdp as _host_rdp  # pylint: disable=g-import-not-at-top
-  values = _host_rdp.small_order_ceiling(name, *flat)
+  per_step = _host_rdp.small_order_rdp(*flat[:2])     # once, for the ceiling and the floor
+  values = _ceiling(name, flat, per_step)
   # (the ceiling is never below the full value; where it is below up, the
   # full value is needed whatever the floor says)
   if name == "epsilon":
-    skip = (lo > 0) & (up <= _host_rdp.epsilon_floor(*flat)) & (values >= up)
+    skip = (lo > 0) & (up <= _host_rdp.epsilon_floor(*flat, per_step=per_step)) & (values >= up)
   else:
-    values = _rdp_driver.delta_floor(values, flat[0], flat[2], flat[3])
-    skip = (up <= _host_rdp.delta_floor(*flat)) & (values >= up)
+    skip = (up <= _host_rdp.delta_floor(*flat, per_step=per_step)) & (values >= up)
   need = ~skip
   if np.any(need):
     values[need] = _full_rdp(name, [a[need] for a in flat])
   return values, need
+
+
+def _ceiling(name, flat, per_step=None):
+  """:func:`jaxdp._src.kernels.host_rdp.small_order_ceiling`, a δ raised to
+  the smallest normal float where the true δ is positive (as the full value)."""
+  from jaxdp._src.kernels import host_rdp as _host_rdp  # pylint: disable=g-import-not-at-top
+  ceiling = _host_rdp.small_order_ceiling(name, *flat, per_step=per_step)
+  if name == "delta":
+    ceiling = _rdp_driver.delta_floor(ceiling, flat[0], flat[2], flat[3])
+  return ceiling
 
 
 def _full_rdp(name, flat):
@@ -102,10 +112,7 @@ def _rdp_ceiling(name, flat, lo, up):
   Returns:
     ``(values, full)``: the RDP bounds and where they are the full value.
   """
-  from jaxdp._src.kernels import host_rdp as _host_rdp  # pylint: disable=g-import-not-at-top
-  ceiling = _host_rdp.small_order_ceiling(name, *flat)
-  if name == "delta":
-    ceiling = _rdp_driver.delta_floor(ceiling, flat[0], flat[2], flat[3])
+  ceiling = _ceiling(name, flat)
   need = ~((ceiling >= up) & (lo <= ceiling) & np.isfinite(up))
   if np.any(need):
     ceiling[need] = _full_rdp(name, [a[need] for a in flat])

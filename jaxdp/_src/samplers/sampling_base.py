@@ -12,6 +12,7 @@ functions are re-exported by :mod:`jaxdp._src.samplers.sampling` (and
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Optional, Tuple
 
@@ -157,13 +158,7 @@ def epochs_to_steps(epochs: Any, steps_per_epoch: Any) -> int:
 # --------------------------------------------------------------------------
 
 
-def _call_method(sampler, name, *args):
-  return getattr(sampler, name)(*args)
-
-
-_compiled_call = persist.jit(_call_method, static_argnums=(0, 1))
-
-
+@functools.partial(persist.jit, static_argnums=(0, 1))
 def run_compiled(sampler, name: str, *args):
   """``getattr(sampler, name)(*args)`` as one jitted program, the sampler
   (a frozen, hashable dataclass) and the method's name static.
@@ -175,7 +170,7 @@ def run_compiled(sampler, name: str, *args):
   s once); inside a caller's trace it is inlined. The draws are integers
   (indices and a mask) from the same PRNG stream either way.
   """
-  return _compiled_call(sampler, name, *args)
+  return getattr(sampler, name)(*args)
 
 
 def draw_binomial(key, n: int, p: float):
