@@ -15,10 +15,11 @@ from jaxdp._src.core import numerics as nx
 from jaxdp._src.kernels import rdp_driver
 
 
-def _plan(monkeypatch, n, cores, sigma=None):
+def _plan(monkeypatch, n, cores, sigma=None, built=False):
   monkeypatch.setattr(nx, "cpu_cores", lambda: cores)
   sigma = np.full(n, 1.0) if sigma is None else sigma
-  return [(start, size) for start, size, _ in rdp_driver._pieces(n, rdp_driver._bucket(n), sigma)]
+  pieces = rdp_driver._pieces(n, rdp_driver._bucket(n), sigma, built=lambda size, nodes: built)
+  return [(start, size) for start, size, _ in pieces]
 
 
 def test_plan(monkeypatch):
@@ -29,9 +30,12 @@ def test_plan(monkeypatch):
   assert _plan(monkeypatch, 2000, 1) == [(0, 2048)]
   # An accelerator (0 CPU cores): whole chunks.
   assert _plan(monkeypatch, 1000, 0) == [(0, 2048)]
-  # Several chunks: a small last chunk runs as pieces, a large one does not.
-  assert _plan(monkeypatch, 2048 + 300, 2) == [(0, 2048), (2048, 256), (2304, 256)]
-  assert _plan(monkeypatch, 2048 + 1500, 2) == [(0, 2048), (2048, 2048)]
+  # Several chunks: a small last chunk runs as pieces where their programs
+  # are built (else it pads: building them costs more than a chunk), a large
+  # one never does.
+  assert _plan(monkeypatch, 2048 + 300, 2, built=True) == [(0, 2048), (2048, 256), (2304, 256)]
+  assert _plan(monkeypatch, 2048 + 300, 2) == [(0, 2048), (2048, 2048)]
+  assert _plan(monkeypatch, 2048 + 1500, 2, built=True) == [(0, 2048), (2048, 2048)]
   # Explicit orders keep whole chunks.
   assert [(a, b) for a, b, _ in rdp_driver._pieces(1000, 2048, np.ones(1000), split=False)] == [
       (0, 2048)]
@@ -92,3 +96,27 @@ def test_pieces_give_the_values_of_the_whole_chunk(monkeypatch, sigma_lo):
   assert len(rdp_driver._pieces(300, 2048, sigma)) == 2
   for w, s in zip(whole, split):
     np.testing.assert_array_equal(w, s)
+
+
+def test_several_chunks_split_their_last_one_only_into_built_programs(monkeypatch):
+  """A fresh process's first multi-chunk call pads its small last chunk
+  (the 256 bucket's programs are not built); once a call has built them, the
+  same call runs that chunk as pieces, with the same values."""
+  n = 2048 + 300
+  q, sigma, steps, delta, _ = _batch(n, 0.5)
+  monkeypatch.setattr(nx, "cpu_cores", lambda: 2)
+  monkeypatch.setattr(rdp_driver, "_built", set())
+  plans, pieces = [], rdp_driver._pieces
+
+  def spy(*args, **kwargs):
+    plans.append([size for _, size, _ in pieces(*args, **kwargs)])
+    return plans[-1] and pieces(*args, **kwargs)
+
+  monkeypatch.setattr(rdp_driver, "_pieces", spy)
+  first = jaxdp.epsilon(q, sigma, steps, delta)
+  assert plans == [[2048, 2048]]
+  jaxdp.epsilon(q[-300:], sigma[-300:], steps[-300:], delta[-300:])   # builds the 256 bucket
+  assert plans[-1] == [256, 256]
+  again = jaxdp.epsilon(q, sigma, steps, delta)
+  assert plans[-1] == [2048, 256, 256]
+  np.testing.assert_array_equal(again, first)

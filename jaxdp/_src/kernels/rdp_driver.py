@@ -147,18 +147,22 @@ def run_chunked(kind, q, sigma, steps, x, orders, method, with_order=False, host
   return result.reshape(shape)
 
 
-def _pieces(n, chunk, sigma, split=True):
+def _pieces(n, chunk, sigma, split=True, built=lambda size, nodes: False):
   """``[(start, length, nodes)]``: the compiled calls that cover n configurations.
 
   Each chunk of ``chunk`` configurations takes the quadrature nodes that its
   σ allow (:func:`jaxdp._src.kernels.rdp._nodes_for`). On the CPU the last
-  chunk runs instead as pieces of the 256 bucket when it holds at most 1280
-  configurations (a 256 piece costs ~0.17 of a 2048 chunk), or, on a
-  multi-core CPU, when it is the only chunk: XLA:CPU runs one computation on
-  one core, so the pieces run side by side (1000 configurations: 0.95 s ->
-  0.38 s, 300: 1.5 s -> 0.24 s on 2 cores). Each piece takes the nodes of
-  its whole chunk, so every configuration is evaluated by the same formulas
-  with the same nodes as in the chunk.
+  chunk runs instead as pieces of the 256 bucket when it is the only chunk
+  and holds at most 1280 configurations (a 256 piece costs ~0.17 of a 2048
+  chunk) or the CPU has several cores: XLA:CPU runs one computation on one
+  core, so the pieces run side by side (1000 configurations: 0.95 s ->
+  0.38 s, 300: 1.5 s -> 0.24 s on 2 cores). The last of several chunks runs
+  as pieces (at most 1280 configurations) only where ``built(256, nodes)``
+  says that the 256 bucket's programs are already built in this process:
+  building them takes ~2.5 s on the 2-core CPU, against ~0.2-0.4 s for the
+  padded chunk (a 200×200×2 sweep: 13.5 s -> 11 s in a fresh process). Each
+  piece takes the nodes of its whole chunk, so every configuration is
+  evaluated by the same formulas with the same nodes as in the chunk.
 
   The values: the same on 48 000 configurations over the whole domain
   (tests/kernels/test_rdp_driver_pieces.py). The compiled base-order kernel
@@ -173,11 +177,19 @@ def _pieces(n, chunk, sigma, split=True):
   starts = list(range(0, n, chunk))
   pieces = [(start, chunk, rdp_nodes_for(sigma[start:start + chunk])) for start in starts]
   last, rest, cores = starts[-1], n - starts[-1], nx.cpu_cores()
+  nodes = pieces[-1][2]
   if split and chunk > small and cores >= 1 and (
-      rest <= 5 * small or (len(starts) == 1 and cores >= 2)):
-    nodes = pieces.pop()[2]
+      (len(starts) == 1 and (rest <= 5 * small or cores >= 2))
+      or (rest <= 5 * small and built(small, nodes))):
+    pieces.pop()
     pieces += [(start, small, nodes) for start in range(last, n, small)]
   return pieces
+
+
+# (kind, orders, method, with_order, nodes, size) of the chunk programs
+# this process has run (:func:`_pieces` splits the last of several chunks
+# only into pieces that are already built).
+_built = set()
 
 
 def _compiled_chunks(kind, flat, key, search_plan, method, with_order):
@@ -206,10 +218,12 @@ def _compiled_chunks(kind, flat, key, search_plan, method, with_order):
       res = _order_search.search(kind, search_plan, method, nodes, *parts)
     else:
       res = _chunk_fn(kind, key, method, nodes)(*(jnp.asarray(p) for p in parts))
+    _built.add((kind, key, method, with_order, nodes, size))
     return np.asarray(res)[:m], alpha
 
   # Pieces for the default orders only; explicit orders keep whole chunks.
-  outs = nx.thread_map(one, _pieces(n, chunk, flat[1], split=key is None))   # on the CPU's cores
+  built = lambda size, nodes: (kind, key, method, with_order, nodes, size) in _built
+  outs = nx.thread_map(one, _pieces(n, chunk, flat[1], split=key is None, built=built))
   result = np.concatenate([o[0] for o in outs]) if outs else np.zeros((0,))
   if not with_order:
     return result, None
