@@ -232,8 +232,8 @@ def test_cli_one_question_no_worse_than_python():
   assert lo >= _one_step_epsilon(q, s, d)
 
 
-def test_rdp_epsilon_floor_is_below_the_full_value_over_the_domain():
-  """jaxdp._src.kernels.host_rdp.epsilon_floor (which lets the PLD paths skip the full
+def test_rdp_epsilon_lower_bound_is_below_the_full_value_over_the_domain():
+  """jaxdp._src.kernels.host_rdp.epsilon_lower_bound (which lets the PLD paths skip the full
   RDP value where the PLD upper end is below it) never exceeds the full
   default-path RDP ε, over a log-uniform sample of the whole domain (q
   1e-6..1, σ 0.3..30, T 1..1e6, δ 1e-14..0.1), and is close to it in the
@@ -250,9 +250,9 @@ def test_rdp_epsilon_floor_is_below_the_full_value_over_the_domain():
   t = np.round(10 ** rng.uniform(0, 6, n))
   d = 10 ** rng.uniform(-14, -1, n)
   with x64():
-    floor = _host_rdp.epsilon_floor(q, s, t, d)
+    floor = _host_rdp.epsilon_lower_bound(q, s, t, d)
     full = _rdp_driver.guard_rdp("epsilon", q, s, t, d)
-    mnist = _host_rdp.epsilon_floor(np.array([256 / 60000]), np.array([1.1]),
+    mnist = _host_rdp.epsilon_lower_bound(np.array([256 / 60000]), np.array([1.1]),
                                     np.array([14040.0]), np.array([1e-5]))
     mnist_full = _rdp_driver.guard_rdp("epsilon", 256 / 60000, 1.1, 14040, 1e-5)
   # Where the full value is 0 its KL clause fired at some order; the floor
@@ -264,8 +264,8 @@ def test_rdp_epsilon_floor_is_below_the_full_value_over_the_domain():
   assert mnist_full * 0.98 <= float(mnist[0]) <= mnist_full
 
 
-def test_rdp_delta_floor_is_below_the_full_value_over_the_domain():
-  """jaxdp._src.kernels.host_rdp.delta_floor (which lets ``pld.delta`` skip
+def test_rdp_delta_lower_bound_is_below_the_full_value_over_the_domain():
+  """jaxdp._src.kernels.host_rdp.delta_lower_bound (which lets ``pld.delta`` skip
   the full RDP δ where the PLD upper end is below it) never exceeds the
   full default-path RDP δ over a log-uniform sample of the whole domain (q
   1e-6..1, σ 0.05..30, T 1..1e6, ε 0..100, with ε = 0, q = 0 and q = 1),
@@ -282,9 +282,9 @@ def test_rdp_delta_floor_is_below_the_full_value_over_the_domain():
   e = 10 ** rng.uniform(-3, 2, n)
   q[:3], e[3:8] = [0.0, 1.0, 1.0], 0.0
   with x64():
-    floor = _host_rdp.delta_floor(q, s, t, e)
+    floor = _host_rdp.delta_lower_bound(q, s, t, e)
     full = _rdp_driver.guard_rdp("delta", q, s, t, e)
-    mnist = _host_rdp.delta_floor(*(np.array([v]) for v in (256 / 60000, 1.1, 3750.0, 1.0)))
+    mnist = _host_rdp.delta_lower_bound(*(np.array([v]) for v in (256 / 60000, 1.1, 3750.0, 1.0)))
     mnist_full = _rdp_driver.guard_rdp("delta", 256 / 60000, 1.1, 3750, 1.0)
   assert np.all(floor <= full * (1 + 1e-12)), np.flatnonzero(floor > full * (1 + 1e-12))
   assert mnist_full * 0.8 <= float(mnist[0]) <= mnist_full

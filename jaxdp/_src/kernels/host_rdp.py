@@ -201,8 +201,8 @@ _SMALL_ORDERS = rdp.DEFAULT_ORDERS[rdp._exact_orders(rdp.DEFAULT_ORDERS)
 
 def small_order_rdp(q, sigma):
   """Per-step RDP at :data:`_SMALL_ORDERS` (exact sums), (n, len(_SMALL_ORDERS)):
-  what :func:`small_order_ceiling`, :func:`epsilon_floor` and
-  :func:`delta_floor` start from (pass it as ``per_step`` to compute it once)."""
+  what :func:`small_order_ceiling`, :func:`epsilon_lower_bound` and
+  :func:`delta_lower_bound` start from (pass it as ``per_step`` to compute it once)."""
   return _rdp_at(q, sigma, _SMALL_ORDERS, rdp_quadrature.NODES_PER_WINDOW, False)
 
 
@@ -234,7 +234,7 @@ def small_order_ceiling(kind, q, sigma, steps, x, per_step=None):
     return rdp_convert.to_delta_xp(total, _SMALL_ORDERS, x, np)
 
 
-def epsilon_floor(q, sigma, steps, delta, per_step=None):
+def epsilon_lower_bound(q, sigma, steps, delta, per_step=None):
   """A lower bound on the default-path RDP ε (improved conversion, every real
   order α > 1), from the exact integer-order sums of :func:`small_order_ceiling`.
 
@@ -263,7 +263,7 @@ def epsilon_floor(q, sigma, steps, delta, per_step=None):
   """
   k = _SMALL_ORDERS                                                   # 2, 3, ..., 64
   with np.errstate(all="ignore"):
-    rdp_k, g, slope = _floor_parts(steps, _per_step(q, sigma, per_step))
+    rdp_k, g, slope = _lower_bound_parts(steps, _per_step(q, sigma, per_step))
     nld = -np.log(delta)[:, None]
 
     def c(a):
@@ -290,10 +290,10 @@ def epsilon_floor(q, sigma, steps, delta, per_step=None):
   return np.where((delta < 0.9) & ~np.isnan(best), best, -np.inf)
 
 
-def delta_floor(q, sigma, steps, epsilon, per_step=None):
+def delta_lower_bound(q, sigma, steps, epsilon, per_step=None):
   """A lower bound on the default-path RDP δ (every real order the path can
   evaluate, α ∈ (1, 2·max(DEFAULT_ORDERS)]), from the exact integer-order
-  sums of :func:`small_order_ceiling`: :func:`epsilon_floor`'s argument for
+  sums of :func:`small_order_ceiling`: :func:`epsilon_lower_bound`'s argument for
   δ (Balle et al. 2020, Prop. 12, with the KL clause).
 
   log δ(α) = min(½·log(1 - e^{-T·rdp(α)}), T·g(α) - (α-1)·ε + h(α)) with
@@ -321,7 +321,7 @@ def delta_floor(q, sigma, steps, epsilon, per_step=None):
   k = _SMALL_ORDERS                                                   # 2, 3, ..., 64
   top = 2.0 * float(rdp.DEFAULT_ORDERS[-1])                           # the golden bracket's end
   with np.errstate(all="ignore"):
-    rdp_k, g, slope = _floor_parts(steps, _per_step(q, sigma, per_step))
+    rdp_k, g, slope = _lower_bound_parts(steps, _per_step(q, sigma, per_step))
     eps = epsilon[:, None]
     h = lambda a: (a - 1.0) * np.log1p(-1.0 / a) - np.log(a)
 
@@ -354,7 +354,7 @@ def delta_floor(q, sigma, steps, epsilon, per_step=None):
   return np.where(np.isnan(best), 0.0, np.minimum(np.exp(best), 1.0))
 
 
-def _floor_parts(steps, per_step):
+def _lower_bound_parts(steps, per_step):
   """T·rdp at the orders 2..64 scaled by 1 - 1e-9 (below the true values:
   the sums' rounding allowance is ~1e-12 relative; NaN read as 0), T·g =
   (α - 1)·T·rdp there, and g's slopes between neighbouring orders."""

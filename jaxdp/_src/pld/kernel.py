@@ -386,8 +386,8 @@ def guarded_bounds(name, q, sigma, steps, value, value_discretization_interval=N
 
   Without ``rdp_value`` (callers that read the interval alone) the full RDP
   value is computed only where it may be below the PLD upper end: where a
-  cheap lower bound on it (:func:`jaxdp._src.kernels.host_rdp.epsilon_floor`,
-  for ε also a positive certified lower end; :func:`~jaxdp._src.kernels.host_rdp.delta_floor`)
+  cheap lower bound on it (:func:`jaxdp._src.kernels.host_rdp.epsilon_lower_bound`,
+  for ε also a positive certified lower end; :func:`~jaxdp._src.kernels.host_rdp.delta_lower_bound`)
   is at least the upper end, min(upper, RDP) is the upper end whatever the
   full value, and ``rdp_upper`` there is the cheap ceiling (an RDP upper
   bound, not the default-path value).

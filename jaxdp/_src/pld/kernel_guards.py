@@ -69,9 +69,9 @@ def _rdp_unless_below_floor(name, flat, lo, up):
   # (the ceiling is never below the full value; where it is below up, the
   # full value is needed whatever the floor says)
   if name == "epsilon":
-    skip = (lo > 0) & (up <= _host_rdp.epsilon_floor(*flat, per_step=per_step)) & (values >= up)
+    skip = (lo > 0) & (up <= _host_rdp.epsilon_lower_bound(*flat, per_step=per_step)) & (values >= up)
   else:
-    skip = (up <= _host_rdp.delta_floor(*flat, per_step=per_step)) & (values >= up)
+    skip = (up <= _host_rdp.delta_lower_bound(*flat, per_step=per_step)) & (values >= up)
   need = ~skip
   if np.any(need):
     values[need] = _full_rdp(name, [a[need] for a in flat])
