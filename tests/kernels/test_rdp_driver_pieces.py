@@ -109,8 +109,9 @@ def test_several_chunks_split_their_last_one_only_into_built_programs(monkeypatc
   plans, pieces = [], rdp_driver._pieces
 
   def spy(*args, **kwargs):
-    plans.append([size for _, size, _ in pieces(*args, **kwargs)])
-    return plans[-1] and pieces(*args, **kwargs)
+    out = pieces(*args, **kwargs)
+    plans.append([size for _, size, _ in out])
+    return out
 
   monkeypatch.setattr(rdp_driver, "_pieces", spy)
   first = jaxdp.epsilon(q, sigma, steps, delta)
