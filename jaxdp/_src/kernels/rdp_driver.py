@@ -160,9 +160,11 @@ def _pieces(n, chunk, sigma, split=True, built=lambda size, nodes: False):
   as pieces (at most 1280 configurations) only where ``built(256, nodes)``
   says that the 256 bucket's programs are already built in this process:
   building them takes ~2.5 s on the 2-core CPU, against ~0.2-0.4 s for the
-  padded chunk (a 200×200×2 sweep: 13.5 s -> 11 s in a fresh process). Each
-  piece takes the nodes of its whole chunk, so every configuration is
-  evaluated by the same formulas with the same nodes as in the chunk.
+  padded chunk (a 200×200×2 sweep: 13.5 s -> 11 s in a fresh process). So
+  the plan depends on what the process ran before; the values must not (see
+  below). Each piece takes the nodes of its whole chunk, so every
+  configuration is evaluated by the same formulas with the same nodes as in
+  the chunk.
 
   The values: the same on 48 000 configurations over the whole domain
   (tests/kernels/test_rdp_driver_pieces.py). The compiled base-order kernel
