@@ -255,6 +255,45 @@ def test_calibrate_sigma_dpsgd_feasible_and_tight():
   assert tr.tradeoff(q, sig * (1 - rtol), steps, 1e-3).tpr_upper > 0.02
 
 
+def test_upper_only_profile_bounds_the_reported_one():
+  """calibrate_sigma's rounds read the PLD upper end alone: its TPR bound is
+  never below tradeoff()'s (so what the rounds find feasible is), and equal
+  where neither the general engine nor the RDP bound binds."""
+  from jaxdp._src.accounting import tradeoff as _tr
+  from jaxdp._src.core import numerics as nx
+  q = np.array([256 / 60000, 0.05, 1e-3, 0.3])
+  s = np.array([1.1, 0.6, 0.45, 3.0])
+  t = np.array([3750.0, 300.0, 20000.0, 50.0])
+  fpr = np.broadcast_to([[1e-5, 1e-3, 0.1]], (4, 3))
+  with nx.x64():
+    full, _ = _tr._dpsgd_bounds(q, s, t, fpr, 64, 1e-3)
+    alone, lower = _tr._dpsgd_bounds(q, s, t, fpr, 64, 1e-3, upper_only=True)
+  assert np.all(alone >= full) and np.all(np.isnan(lower))
+  np.testing.assert_array_equal(alone[0], full[0])
+
+
+def test_calibrate_sigma_searches_again_where_the_rounds_were_loose(monkeypatch):
+  """Where the rounds' profile is looser than tradeoff()'s (forced here: its
+  TPR bound 3% high), the tightness check at σ/(1 + rtol) finds it feasible
+  on the reported curve and the search runs again there: the answer is the
+  all-full search's, feasible and tight."""
+  from jaxdp._src.solvers import tradeoff_calibrate as tc
+  tpr_at = tc._tpr_at
+  q, steps, target, fpr, rtol = 0.02, 500, 0.02, 1e-3, 1e-3
+  monkeypatch.setattr(tc, "_tpr_at", lambda *a: tpr_at(*a[:6], False))   # every call full
+  reference = tr.calibrate_sigma(q, steps, target_tpr=target, at_fpr=fpr, rtol=rtol)
+
+  def loose(*a):   # (q, sigma, steps, fpr, num_eps, rtol, upper_only)
+    up = tpr_at(*a)
+    return np.minimum(up * 1.03, 1.0) if a[6] else up
+
+  monkeypatch.setattr(tc, "_tpr_at", loose)
+  sig = tr.calibrate_sigma(q, steps, target_tpr=target, at_fpr=fpr, rtol=rtol)
+  assert sig == reference
+  assert tr.tradeoff(q, sig, steps, fpr).tpr_upper <= target
+  assert tr.tradeoff(q, sig / (1 + rtol), steps, fpr).tpr_upper > target
+
+
 # --------------------------------------------------------------------------
 # validation
 # --------------------------------------------------------------------------

@@ -361,10 +361,17 @@ def epsilon_grid(q, sigma, steps, *, num_eps=DEFAULT_NUM_EPS, grid_delta=GRID_DE
   return end[..., None] * t
 
 
-def _dpsgd_bounds(q, sigma, steps, fpr, num_eps, rtol):
-  """(upper, lower) of shape (B, m) for flat (B,) configurations and (B, m) FPRs."""
+def _dpsgd_bounds(q, sigma, steps, fpr, num_eps, rtol, upper_only=False):
+  """(upper, lower) of shape (B, m) for flat (B,) configurations and (B, m) FPRs.
+
+  ``upper_only`` (calibrate_sigma's rounds; float64 scope): the PLD kernel's upper end alone,
+  >= the profile :func:`tradeoff` uses, hence a TPR bound >= its; ``lower`` NaN."""
   from jaxdp._src.pld import kernel as pld  # pylint: disable=g-import-not-at-top
   grid = np.asarray(epsilon_grid(q, sigma, steps, num_eps=num_eps), np.float64)
+  if upper_only:
+    _, up, _ = pld.guarded_bounds("delta", q[:, None], sigma[:, None], steps[:, None], grid,
+                                  rtol=rtol, full_rdp=False, want_lower=False)
+    return _bounds(np.asarray(up, np.float64), None, grid, fpr)
   lo, up = pld.delta(q[:, None], sigma[:, None], steps[:, None], grid, rtol=rtol,
                      return_bounds=True)
   return _bounds(np.asarray(up, np.float64), np.asarray(lo, np.float64), grid, fpr)

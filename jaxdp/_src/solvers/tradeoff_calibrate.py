@@ -24,8 +24,8 @@ __all__ = ["calibrate_sigma"]
 _PLD_RTOL = 1e-3                           # PLD accuracy used by calibrate_sigma
 
 
-def _tpr_at(q, sigma, steps, fpr, num_eps, rtol):
-  up, _ = _dpsgd_bounds(q, sigma, steps, fpr[:, None], num_eps, rtol)
+def _tpr_at(q, sigma, steps, fpr, num_eps, rtol, upper_only=False):
+  up, _ = _dpsgd_bounds(q, sigma, steps, fpr[:, None], num_eps, rtol, upper_only)
   return up[:, 0]
 
 
@@ -46,11 +46,21 @@ def calibrate_sigma(q, steps, *, target_tpr, at_fpr, rtol=1e-3, num_eps=DEFAULT_
   (steps of ×1.3 in σ, doubling in log σ); then a safeguarded regula falsi
   (the interpolated root offset by half the tolerance toward the end of the
   bracket that has not moved, a bisection when one end moves twice in a row)
-  until the bracket's ends are within a factor 1 + ``rtol``.  The returned σ
-  is the feasible end, checked once more as returned (and stepped up by
-  1 + ``rtol`` until it passes, should the check ever disagree): it always
-  meets the target.  Tightness: a σ below σ / (1 + ``rtol``) was evaluated
-  infeasible (exactly: the bracket's other end).  Typically 4-7 PLD calls.
+  until the bracket's ends are within a factor 1 + ``rtol``.  The rounds
+  read the PLD kernel's certified upper end alone (no optimistic PMFs, no
+  full RDP values: ``_dpsgd_bounds(upper_only=True)``), a profile at least
+  the one :func:`tradeoff` reports, so a σ feasible for the rounds is
+  feasible for :func:`tradeoff` too.  The returned σ is the feasible end,
+  checked once more as returned (and stepped up by 1 + ``rtol`` until it
+  passes, should the check ever disagree): it always meets the target.
+  Tightness, on the curve :func:`tradeoff` reports: σ / (1 + ``rtol``) is
+  evaluated there once; where it meets the target too (the upper end alone
+  was looser than that curve: a wide kernel interval, or the RDP bound
+  below it), the search runs again on that curve.  Typically 4-7 PLD calls
+  of the upper end and one full one; against full calls in every round:
+  2.6 -> 1.3 s for docs/attack_risk.md's calibration (a second call), and
+  15-22 s -> ~4 s for three mixed configurations whose full calls ran the
+  general engine (2-core CPU).
 
   Args:
     q: sampling rate in (0, 1].
@@ -73,33 +83,50 @@ def calibrate_sigma(q, steps, *, target_tpr, at_fpr, rtol=1e-3, num_eps=DEFAULT_
   shape, (q, t, tgt, a), (s_min, s_max) = _calibrate_inputs(q, steps, target_tpr, at_fpr, rtol,
                                                              num_eps, sigma_range)
 
-  def excess(s, sel):
-    """log(tpr_upper / target) at σ = s: <= 0 is feasible."""
-    up = _tpr_at(q[sel], s, t[sel], a[sel], int(num_eps), _PLD_RTOL)
-    return np.log(up) - np.log(tgt[sel])
+  def excess(s, rows, upper_only):
+    """log(tpr_upper / target) at σ = s for the given rows: <= 0 is feasible."""
+    up = _tpr_at(q[rows], s, t[rows], a[rows], int(num_eps), _PLD_RTOL, upper_only)
+    return np.log(up) - np.log(tgt[rows])
 
   mu = _sps.ndtri(tgt) - _sps.ndtri(a)
   with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
     guess = 1.0 / np.sqrt(np.log1p((mu / q) ** 2 / t))
-  x_min, x_max = math.log(s_min), math.log(s_max)
   x = np.log(np.clip(np.nan_to_num(guess, nan=1.0, posinf=s_max), s_min, s_max))
+  everything = np.arange(q.size)
+  hi = _search(excess, everything, x, s_min, s_max, rtol, True, (q, t, tgt, a))
+  # Tight under the curve tradeoff() reports: below the answer by 1 + rtol
+  # it must be infeasible. Rows where it is not (the kernel's interval wide,
+  # or the RDP bound below it, at the σ that binds) search again on it.
+  below = np.maximum(hi / (1.0 + rtol), s_min)
+  idx = np.nonzero(hi > s_min)[0]
+  loose = idx[excess(below[idx], idx, False) <= 0]
+  if loose.size:
+    hi[loose] = _search(excess, loose, x[loose], s_min, s_max, rtol, False, (q, t, tgt, a))
+  return hi.reshape(shape)
+
+
+def _search(excess, rows, x, s_min, s_max, rtol, upper_only, cfg):
+  """Regula falsi on log σ for the given rows, then the answer checked as
+  returned (stepped up by 1 + rtol until it passes): the smallest σ found
+  with ``excess(σ, rows, upper_only) <= 0``."""
+  def ex(s, sel):
+    return excess(s, rows[sel], upper_only)
+
+  x_min, x_max = math.log(s_min), math.log(s_max)
   # Geometric bracketing from the CLT guess (steps ×1.3 in σ, doubling in
   # log σ), then safeguarded regula falsi to a factor 1 + rtol.
-  x_hi, unreachable, at_min = roots.false_position(excess, x, x_min, x_max, math.log1p(rtol),
+  x_hi, unreachable, at_min = roots.false_position(ex, x, x_min, x_max, math.log1p(rtol),
                                                    step0=math.log(1.3))
   if unreachable.any():
-    i = int(np.argmax(unreachable))
-    raise ValueError(f"no sigma <= {s_max!r} meets target_tpr={tgt[i]!r} at at_fpr={a[i]!r} "
-                     f"(q={q[i]!r}, steps={t[i]!r}); raise sigma_range[1].")
-  hi = np.exp(x_hi)
-  hi = np.where(at_min, s_min, hi)
-
+    q, t, tgt, a = (v[rows[np.argmax(unreachable)]] for v in cfg)
+    raise ValueError(f"no sigma <= {s_max!r} meets target_tpr={tgt!r} at at_fpr={a!r} "
+                     f"(q={q!r}, steps={t!r}); raise sigma_range[1].")
+  hi = np.where(at_min, s_min, np.exp(x_hi))
   # The returned σ is checked as returned.
-  idx = np.arange(q.size)
-  hi, ok = roots.step_up(lambda s: excess(s, idx) <= 0, hi, 1.0 + rtol, 32)
+  hi, ok = roots.step_up(lambda s: ex(s, np.arange(rows.size)) <= 0, hi, 1.0 + rtol, 32)
   if not ok:
     raise ValueError("calibrate_sigma could not certify its answer (a jaxdp bug).")
-  return hi.reshape(shape)
+  return hi
 
 
 def _calibrate_inputs(q, steps, target_tpr, at_fpr, rtol, num_eps, sigma_range):
