@@ -57,10 +57,11 @@ def calibrate_sigma(q, steps, *, target_tpr, at_fpr, rtol=1e-3, num_eps=DEFAULT_
   evaluated there once; where it meets the target too (the upper end alone
   was looser than that curve: a wide kernel interval, or the RDP bound
   below it), the search runs again on that curve.  Typically 4-7 PLD calls
-  of the upper end and one full one; against full calls in every round:
-  2.6 -> 1.3 s for docs/attack_risk.md's calibration (a second call), and
-  15-22 s -> ~4 s for three mixed configurations whose full calls ran the
-  general engine (2-core CPU).
+  of the upper end and one full one; against full calls in every round
+  (2-core CPU): 2.6 -> 1.8 s for docs/attack_risk.md's calibration (a
+  second call in one process), 15-22 s -> 11 s for three mixed
+  configurations whose full calls run the general engine, 40 -> 23 s for
+  12 mixed targets (11 of the 12 answers bit for bit the same).
 
   Args:
     q: sampling rate in (0, 1].
