@@ -88,6 +88,16 @@ def thread_map(fn: Callable, items, max_workers: int = 4, *, jax_work: bool = Tr
     return list(pool.map(run, items))
 
 
+def on_distinct_rows(fn: Callable, *columns: np.ndarray) -> np.ndarray:
+  """``fn(*columns)`` for row-wise NumPy work (each output row depends on its
+  input row alone), computed once per distinct row of the (n,) columns:
+  row by row the same values, at the cost of the distinct rows only."""
+  rows, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+  if rows.shape[0] == columns[0].size:
+    return fn(*columns)
+  return fn(*rows.T)[inverse.reshape(-1)]
+
+
 def to_host(x: Any):
   """Converts a (pytree of) array result(s) to NumPy float64 on the host.
 

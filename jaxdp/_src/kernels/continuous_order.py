@@ -66,11 +66,8 @@ def distinct_quadrature(q, sigma, alpha, nodes):
   once (elementwise, so the same values; the host path's configurations
   often share (q, σ), e.g. a PLD profile's RDP guard over its ε grid)."""
   q, sigma, alpha = np.broadcast_arrays(*(np.asarray(v, np.float64) for v in (q, sigma, alpha)))
-  triples, inverse = np.unique(np.stack([q.ravel(), sigma.ravel(), alpha.ravel()], axis=1), axis=0,
-                               return_inverse=True)
-  if triples.shape[0] == q.size:
-    return rdp.quadrature_rdp(q, sigma, alpha, nodes, np)
-  return rdp.quadrature_rdp(*triples.T, nodes, np)[inverse.reshape(-1)].reshape(q.shape)
+  per_step = lambda q, s, a: rdp.quadrature_rdp(q, s, a, nodes, np)
+  return nx.on_distinct_rows(per_step, q.ravel(), sigma.ravel(), alpha.ravel()).reshape(q.shape)
 
 
 @functools.partial(persist.jit, static_argnames=("kind", "method", "nodes", "iterations",

@@ -30,7 +30,9 @@ import math
 
 import numpy as np
 
+from jaxdp._src.core import numerics as nx
 from jaxdp._src.kernels import continuous_order as _continuous_order
+from jaxdp._src.kernels import order_bounds as _order_bounds
 from jaxdp._src.kernels import order_search as _order_search
 from jaxdp._src.kernels import rdp
 from jaxdp._src.kernels import rdp_binomial
@@ -112,10 +114,7 @@ def _rdp_at(q, sigma, orders, nodes, by_quadrature):
   """(n, m) per-step RDP by quadrature, or by the exact binomial sum; each
   distinct (q, σ) once (a PLD profile's guard asks one per ε of its grid),
   row by row the same values."""
-  pairs, inverse = np.unique(np.stack([q, sigma], axis=1), axis=0, return_inverse=True)
-  if pairs.shape[0] < q.size:
-    return _rdp_rows(pairs[:, 0], pairs[:, 1], orders, nodes, by_quadrature)[inverse.reshape(-1)]
-  return _rdp_rows(q, sigma, orders, nodes, by_quadrature)
+  return nx.on_distinct_rows(lambda q, s: _rdp_rows(q, s, orders, nodes, by_quadrature), q, sigma)
 
 
 def _rdp_rows(q, sigma, orders, nodes, by_quadrature):
@@ -331,7 +330,7 @@ def delta_lower_bound(q, sigma, steps, epsilon, per_step=None):
       vb = g0 + s0 * (b - x0) - (b - 1.0) * eps
       return np.minimum(va, vb) + h(b)
 
-    tv = q * np.frompyfunc(math.erf, 1, 1)(1.0 / (2.0 * math.sqrt(2.0) * sigma)).astype(np.float64)
+    tv = _order_bounds.total_variation(q, sigma, np)
     pinsker = steps * 2.0 * (tv * (1.0 - 1e-9)) ** 2                 # T·D_α ≥ T·KL ≥ T·2TV²
     kl = lambda total: 0.5 * np.log(-np.expm1(-np.maximum(total, pinsker)))   # the KL part
     best = _integer_pieces_min(k, g, slope, piece_bound,

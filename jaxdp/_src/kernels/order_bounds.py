@@ -133,12 +133,19 @@ def _bounds_around(nb: _Around, grid, table, known, q, sigma, xp=jnp):
   # total variation between the mixture and N(0, σ²). Needed near α = 1, where
   # the bounds above reach 0 and the conversion's KL branch would then accept
   # every order as a candidate.
-  tv = q * _erf(xp)(1.0 / (2.0 * math.sqrt(2.0) * sigma))
+  tv = total_variation(q, sigma, xp)
   rdp_lo = xp.maximum(rdp_lo, (2.0 * tv * tv)[:, None])
   slack = xp.where(sigma >= 0.3, _SLACK, _SLACK_SMALL_SIGMA)[:, None]
   rdp_lo = xp.where(known, table, xp.maximum(rdp_lo, 0.0) * (1.0 - slack))
   rdp_hi = xp.where(known, table, rdp_hi)
   return rdp_lo, rdp_hi
+
+
+def total_variation(q, sigma, xp=jnp):
+  """TV distance between the sampled Gaussian's mixture (1-q)·N(0, σ²) +
+  q·N(1, σ²) and N(0, σ²): q·(2Φ(1/(2σ)) - 1) = q·erf(1/(2√2σ)) (Pinsker's
+  floor on every RDP order: D_α ≥ KL ≥ 2·TV²)."""
+  return q * _erf(xp)(1.0 / (2.0 * math.sqrt(2.0) * sigma))
 
 
 def _erf(xp):
