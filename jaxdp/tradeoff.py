@@ -1,6 +1,7 @@
 """Public ``jaxdp.tradeoff``: re-exports :mod:`jaxdp._src.accounting.tradeoff` (its docstring is this module's)."""
 
 from jaxdp._src.accounting import tradeoff as _impl
+from jaxdp._src.accounting import tradeoff_dpsgd as _dpsgd
 from jaxdp._src.accounting.tradeoff import (  # noqa: F401
     TradeoffBounds,
     from_profile,
@@ -24,4 +25,4 @@ __doc__ = _impl.__doc__
 __all__ = ["TradeoffBounds", "GdpEstimate", "from_profile", "epsilon_grid", "tradeoff",
            "tradeoff_of_state", "gdp_tpr", "gdp_mu", "calibrate_sigma", "DEFAULT_NUM_EPS",
            "DEFAULT_GDP_FPR"]
-_adopt(__name__, (_impl, _gdp, _calibrate), globals(), __all__)
+_adopt(__name__, (_impl, _dpsgd, _gdp, _calibrate), globals(), __all__)

@@ -233,6 +233,39 @@ def test_gdp_mu_estimate():
   assert 0.8 * est.mu_clt < est.mu < 1.5 * est.mu_clt
 
 
+def test_gdp_mu_reads_the_profile_tradeoff_computed(monkeypatch):
+  """A report asks tradeoff() and gdp_mu() for one configuration: the second
+  reads the kept profile (no PLD call) and answers bit for bit what it
+  computes alone; any other input bit, or strict guards, computes again."""
+  from jaxdp._src.accounting import tradeoff_dpsgd
+  from jaxdp._src.pld import kernel as pld
+  calls = []
+  delta = pld.delta
+  monkeypatch.setattr(pld, "delta", lambda *a, **k: calls.append(1) or delta(*a, **k))
+  q, s, t = 256 / 60000, 1.1, 3750
+  alone = tr.gdp_mu(q, s, t)
+  assert len(calls) == 1
+  tradeoff_dpsgd.clear_memo()
+  b = tr.tradeoff(q, s, t, [1e-3])
+  est = tr.gdp_mu(q, s, t)
+  assert len(calls) == 2                      # gdp_mu computed nothing
+  np.testing.assert_array_equal(est.mu, alone.mu)
+  np.testing.assert_array_equal(tr.tradeoff(q, s, t, [1e-3]).tpr_upper, b.tpr_upper)
+  assert len(calls) == 2
+  tr.gdp_mu(q, np.nextafter(s, 2.0), t)       # one bit of σ: computed
+  assert len(calls) == 3
+  monkeypatch.setenv("JAXDP_STRICT_GUARDS", "0")
+  np.testing.assert_array_equal(tr.gdp_mu(q, s, t).mu, alone.mu)
+  assert len(calls) == 4                      # the guards' mode is part of the key
+  grid, up, lo = tradeoff_dpsgd._memo[next(reversed(tradeoff_dpsgd._memo))]
+  with pytest.raises(ValueError):
+    up[0, 0] = 0.0                            # kept profiles are shared: read-only
+  big = np.full(tradeoff_dpsgd._MEMO_ROWS + 1, 0.05)
+  kept = len(tradeoff_dpsgd._memo)
+  tr.tradeoff(big, 2.0, 10, [1e-3])
+  assert len(tradeoff_dpsgd._memo) == kept    # large batches are not kept
+
+
 def test_gdp_tpr_edges():
   np.testing.assert_array_equal(tr.gdp_tpr(1.0, [0.0, 1.0]), [0.0, 1.0])
   np.testing.assert_allclose(tr.gdp_tpr(0.0, [0.2, 0.7]), [0.2, 0.7])

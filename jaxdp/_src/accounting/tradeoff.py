@@ -100,6 +100,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jaxdp._src.accounting import tradeoff_dpsgd
+from jaxdp._src.accounting.tradeoff_dpsgd import (  # noqa: F401  (public names, GRID_*)
+    DEFAULT_NUM_EPS, GRID_DELTA, GRID_EPS_RANGE, epsilon_grid)
 from jaxdp._src.core import numerics as num
 
 __all__ = [
@@ -111,12 +114,6 @@ __all__ = [
     "DEFAULT_NUM_EPS",
 ]
 
-#: Number of ε grid points of :func:`tradeoff` (uniform in ε).
-DEFAULT_NUM_EPS = 256
-#: δ at which :func:`epsilon_grid` ends its grid (RDP ε at this δ).
-GRID_DELTA = 1e-12
-#: ε grid end is clipped into this range.
-GRID_EPS_RANGE = (1e-3, 60.0)
 
 _MARGIN = 8.0 * np.finfo(np.float64).eps   # outward rounding of both curves
 _MAX_EPS = 700.0                           # e^ε must stay finite
@@ -322,59 +319,15 @@ def from_profile(delta_upper, delta_lower, eps_grid, fpr) -> TradeoffBounds:
   return TradeoffBounds(np.broadcast_to(fpr, out).copy(), up.reshape(out), lo.reshape(out))
 
 
-@num.host_function
-def epsilon_grid(q, sigma, steps, *, num_eps=DEFAULT_NUM_EPS, grid_delta=GRID_DELTA):
-  """The ε grid :func:`tradeoff` samples the DP-SGD profile on.
-
-  Uniform on [0, ε_end] with ``num_eps`` points, where ε_end is the RDP ε of
-  the run at δ = ``grid_delta`` (:func:`jaxdp.epsilon`: an upper bound on the
-  exact ε, and cheap), clipped into ``GRID_EPS_RANGE``.  The line of f_δ that
-  matters at FPR α has ε near the (1 - α)-quantile of the privacy loss under
-  the second distribution; with ``grid_delta = 1e-12`` the grid reaches every
-  ε whose line matters for FPRs down to about 1e-10 (below that the curves
-  stay certified but widen).  The uniform spacing makes the error of both
-  curves second order in ε_end/num_eps: measured upper - lower <= ~4e-4
-  absolute in TPR on DP-SGD runs at the defaults (~1e-5 at FPR 1e-3), of
-  which the PLD's own interval width is a large part.  Any grid gives certified curves; this one
-  only controls their tightness.
-
-  Args:
-    q, sigma, steps: DP-SGD configuration (broadcast together, shape S).
-    num_eps: number of grid points (>= 2).
-    grid_delta: δ in (0, 1) whose ε ends the grid.
-
-  Returns:
-    Array of shape S + (num_eps,).
-  """
-  from jaxdp._src.accounting import rate  # pylint: disable=g-import-not-at-top
-  num.check_array("num_eps", num_eps, low=2.0, integer=True)
-  num.check_array("grid_delta", grid_delta, low=0.0, high=1.0, low_open=True, high_open=True)
-  num.check_array("q", q, low=0.0, high=1.0)
-  num.check_array("sigma", sigma, low=0.0, low_open=True)
-  num.check_array("steps", steps, low=0.0, integer=True)
-  shape = num.check_same_shape(q=q, sigma=sigma, steps=steps)
-  q, sigma, steps = (np.broadcast_to(np.asarray(a, np.float64), shape) for a in (q, sigma, steps))
-  end = np.asarray(rate.epsilon(q, sigma, steps, grid_delta), np.float64)
-  end = np.clip(np.nan_to_num(end, nan=GRID_EPS_RANGE[1], posinf=GRID_EPS_RANGE[1]),
-                *GRID_EPS_RANGE)
-  t = np.linspace(0.0, 1.0, int(num_eps))
-  return end[..., None] * t
-
-
 def _dpsgd_bounds(q, sigma, steps, fpr, num_eps, rtol, upper_only=False):
   """(upper, lower) of shape (B, m) for flat (B,) configurations and (B, m) FPRs.
 
   ``upper_only`` (calibrate_sigma's rounds; float64 scope): the PLD kernel's upper end alone,
-  >= the profile :func:`tradeoff` uses, hence a TPR bound >= its; ``lower`` NaN."""
-  from jaxdp._src.pld import kernel as pld  # pylint: disable=g-import-not-at-top
-  grid = np.asarray(epsilon_grid(q, sigma, steps, num_eps=num_eps), np.float64)
-  if upper_only:
-    _, up, _ = pld.guarded_bounds("delta", q[:, None], sigma[:, None], steps[:, None], grid,
-                                  rtol=rtol, full_rdp=False, want_lower=False)
-    return _bounds(np.asarray(up, np.float64), None, grid, fpr)
-  lo, up = pld.delta(q[:, None], sigma[:, None], steps[:, None], grid, rtol=rtol,
-                     return_bounds=True)
-  return _bounds(np.asarray(up, np.float64), np.asarray(lo, np.float64), grid, fpr)
+  >= the profile :func:`tradeoff` uses, hence a TPR bound >= its; ``lower`` NaN.
+  The profile is :func:`jaxdp._src.accounting.tradeoff_dpsgd.profile`'s (a
+  repeated small question reads the one kept)."""
+  grid, up, lo = tradeoff_dpsgd.profile(q, sigma, steps, num_eps, rtol, upper_only)
+  return _bounds(up, lo, grid, fpr)
 
 
 @num.host_function
