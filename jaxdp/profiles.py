@@ -11,9 +11,13 @@ from jaxdp._src.kernels.profiles import (  # noqa: F401
     laplace,
     laplace_log_delta,
     laplace_group,
+    analytic_gaussian_sigma,
+)
+# Eager calls on a few values are answered on the host (nothing compiled).
+from jaxdp._src.kernels import profiles_eager as _eager
+from jaxdp._src.kernels.profiles_eager import (  # noqa: F401
     sampled_gaussian,
     sampled_gaussian_log_delta,
-    analytic_gaussian_sigma,
 )
 from jaxdp._src.kernels.profiles_amplify import (  # noqa: F401
     hockey_stick,
@@ -29,4 +33,4 @@ from jaxdp._src.core.public import adopt as _adopt
 __doc__ = _impl.__doc__
 # The order of the original single module.
 __all__ = [*_impl.__all__[:9], *_amplify.__all__, *_impl.__all__[9:]]
-_adopt(__name__, (_impl, _amplify), globals(), __all__)
+_adopt(__name__, (_impl, _amplify, _eager), globals(), __all__)

@@ -114,6 +114,9 @@ def _fresh_host_questions():
   # calls of a process) are tested in tests/kernels/test_rdp_eager.py.
   from jaxdp._src.kernels import rdp_eager as _rdp_eager
   _rdp_eager._eager_host_calls_left[0] = 0
+  # Likewise the one-step profile's (tests/kernels/test_profiles_eager.py).
+  from jaxdp._src.kernels import profiles_eager as _profiles_eager
+  _profiles_eager._eager_host_calls_left[0] = 0
   # No trade-off profile kept from another test (a test that patches the PLD
   # path must compute, not read a profile computed before).
   from jaxdp._src.accounting import tradeoff_dpsgd as _tradeoff_dpsgd
