@@ -117,6 +117,9 @@ def _fresh_host_questions():
   # Likewise the one-step profile's (tests/kernels/test_profiles_eager.py).
   from jaxdp._src.kernels import profiles_eager as _profiles_eager
   _profiles_eager._eager_host_calls_left[0] = 0
+  # And the RDP accountant's read-out (tests/accounting/test_rdp_readout.py).
+  from jaxdp._src.accounting import rdp_readout as _rdp_readout
+  _rdp_readout._eager_host_reads_left[0] = 0
   # No trade-off profile kept from another test (a test that patches the PLD
   # path must compute, not read a profile computed before).
   from jaxdp._src.accounting import tradeoff_dpsgd as _tradeoff_dpsgd

@@ -48,6 +48,7 @@ from jaxdp._src.kernels import cdp as _cdp
 from jaxdp._src import events as _events
 from jaxdp._src.mechanisms.registry import event_pure_epsilon, event_rdp, event_rho
 from jaxdp._src.core import persist
+from jaxdp._src.accounting import rdp_readout as _readout
 
 __all__ = [
     "Accountant",
@@ -291,7 +292,11 @@ def rdp(orders=None) -> Accountant:
   also carries a pure-DP ε of the composition (:func:`event_pure_epsilon`):
   below it δ is floored at the dtype's smallest normal number, as the host
   path (:func:`jaxdp._src.kernels.rdp_driver.delta_floor`) does, so that a positive δ never
-  underflows to 0 or to an unrounded subnormal.
+  underflows to 0 or to an unrounded subnormal. Called eagerly on a concrete
+  state, the first 256 reads of a process convert on the host with nothing
+  to compile (:mod:`jaxdp._src.accounting.rdp_readout`: float64 rounded up
+  into the state's dtype; in float64 the compiled read-out's value to
+  rounding, in float32 at most it or within one ulp).
 
   Args:
     orders: 1-D concrete orders > 1 (default ``jaxdp.rdp.DEFAULT_ORDERS``).
@@ -356,11 +361,13 @@ def rdp(orders=None) -> Accountant:
   def epsilon(state: RdpState, delta):
     _numerics.check_array("delta", delta, low=0.0, high=1.0, low_open=True,
                           high_open=True)
-    return _rdp_epsilon(state, delta, order_key)
+    host = _readout.host_readout(state, delta, sorted_idx, sorted_orders, "epsilon")
+    return _rdp_epsilon(state, delta, order_key) if host is None else host
 
   def delta(state: RdpState, epsilon):
     _numerics.check_array("epsilon", epsilon, low=0.0)
-    return _rdp_delta(state, epsilon, order_key)
+    host = _readout.host_readout(state, epsilon, sorted_idx, sorted_orders, "delta")
+    return _rdp_delta(state, epsilon, order_key) if host is None else host
 
   return _with_tradeoff(Accountant(init=init, compose=compose, epsilon=epsilon, delta=delta))
 
