@@ -254,6 +254,27 @@ def round_up(x, ulps, xp=jnp):
   return x * (1.0 + ulps * float(xp.finfo(x.dtype).eps))
 
 
+def concrete_numbers(args):
+  """``(arrays, shape)`` when every argument is a concrete number array that
+  an eager call can read on the host (no tracer, any jax Array on the
+  default device, a bool/int/float dtype) and they broadcast together:
+  NumPy views and the broadcast shape; else None. The host paths of the
+  public kernels' eager calls start here (``rdp_eager``, ``profiles_eager``)."""
+  from jaxdp._src.core import persist  # pylint: disable=g-import-not-at-top
+  if not persist.default_placed(jax.tree_util.tree_leaves(args)):
+    return None
+  try:
+    arrays = [np.asarray(a) for a in args]
+  except Exception:  # pylint: disable=broad-except  (the kernel raises its own error)
+    return None
+  if not all(a.dtype.kind in "biuf" for a in arrays):
+    return None
+  try:
+    return arrays, np.broadcast_shapes(*(a.shape for a in arrays))
+  except ValueError:
+    return None
+
+
 def round_to_dtype_up(x: np.ndarray, dtype) -> np.ndarray:
   """Casts float64 NumPy ``x`` to ``dtype``, rounding toward +inf (an upper
   bound stays one after the cast)."""

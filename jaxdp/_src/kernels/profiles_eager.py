@@ -42,7 +42,6 @@ import jax
 import numpy as np
 
 from jaxdp._src.core import numerics as nx
-from jaxdp._src.core import persist
 from jaxdp._src.kernels import profiles as _profiles
 
 __all__ = ["sampled_gaussian", "sampled_gaussian_log_delta"]
@@ -58,22 +57,12 @@ def _host_inputs(epsilon, q, sigma):
   """``(dtype, ε, q, σ)`` as float64 NumPy at the kernel dtype's rounding
   when the call can be answered on the host, else None (nothing counted)."""
   args = (epsilon, q, sigma)
-  if not persist.default_placed(jax.tree_util.tree_leaves(args)):
+  concrete = nx.concrete_numbers(args)
+  if concrete is None:
     return None
-  try:
-    arrays = [np.asarray(a) for a in args]
-  except Exception:  # pylint: disable=broad-except  (the kernel raises its own error)
-    return None
-  if not all(a.dtype.kind in "biuf" for a in arrays):
-    return None
+  arrays, shape = concrete
   dtype = np.dtype(_profiles._float_dtype_lists_as_arrays(*args))  # pylint: disable=protected-access
-  if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-    return None
-  try:
-    shape = np.broadcast_shapes(*(a.shape for a in arrays))
-  except ValueError:
-    return None
-  if int(np.prod(shape)) > _MAX_ELEMENTS:
+  if dtype not in (np.dtype(np.float32), np.dtype(np.float64)) or int(np.prod(shape)) > _MAX_ELEMENTS:
     return None
   return (dtype,) + tuple(a.astype(dtype).astype(np.float64) for a in arrays)
 

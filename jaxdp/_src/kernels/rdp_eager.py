@@ -42,7 +42,6 @@ import jax
 import numpy as np
 
 from jaxdp._src.core import numerics as nx
-from jaxdp._src.core import persist
 from jaxdp._src.kernels import host_rdp
 from jaxdp._src.kernels import rdp as _rdp
 
@@ -68,22 +67,14 @@ def _host_inputs(q, sigma, alpha):
   the distinct orders (likewise) and where α takes each (α's shape); else
   None (and no host call is counted)."""
   args = (q, sigma, alpha)
-  if not persist.default_placed(args):   # a tracer, or an array on another device
+  concrete = nx.concrete_numbers(args)   # None: a tracer, an array on another device, ...
+  if concrete is None:
     return None
-  try:
-    arrays = [np.asarray(a) for a in args]
-  except Exception:  # pylint: disable=broad-except  (let the kernel raise its own error)
-    return None
-  if not all(a.dtype.kind in "biuf" for a in arrays):
-    return None
+  arrays, shape = concrete
   # Python scalars stay weakly typed, as in the kernel's jnp.asarray.
   dtype = np.dtype(_rdp.result_float_dtype(*(a if type(a) in (bool, int, float) else x  # pylint: disable=unidiomatic-typecheck
                                               for a, x in zip(args[:2], arrays[:2]))))
   if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-    return None
-  try:
-    shape = np.broadcast_shapes(*(a.shape for a in arrays))
-  except ValueError:
     return None
   q64, s64 = (a.astype(dtype).astype(np.float64) for a in arrays[:2])
   a64 = np.asarray(arrays[2], np.float64)
