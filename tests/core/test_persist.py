@@ -28,7 +28,9 @@ _SCRIPT = textwrap.dedent("""
     jax.monitoring.register_event_duration_secs_listener(
         lambda ev, d, **kw: compile_s.append(d)
         if ev == "/jax/core/compile/backend_compile_duration" else None)
-    from jaxdp import profiles
+    # The kernel itself: the public jaxdp.profiles answers a fresh process's
+    # first eager calls on the host, compiling nothing (profiles_eager).
+    from jaxdp._src.kernels import profiles
     before = jax.config.jax_compilation_cache_dir
     d = profiles.sampled_gaussian(epsilon=[0.5, 1.0, 2.0], q=0.01, sigma=1.1)
     print(json.dumps({"d": [float(x).hex() for x in d], "compile_s": sum(compile_s),
