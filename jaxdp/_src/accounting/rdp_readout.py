@@ -36,7 +36,6 @@ import jax
 import numpy as np
 
 from jaxdp._src.core import numerics as nx
-from jaxdp._src.core import persist
 
 __all__ = ["host_readout"]
 
@@ -49,17 +48,14 @@ _eager_host_reads_left = [_EAGER_HOST_READS]
 def _concrete(state, value):
   """float64 views ``(dtype, rdp, compensation, pure_epsilon, value)`` of a
   concrete, default-placed state and target, or None."""
-  leaves = [state.rdp, state.compensation, state.pure_epsilon, value]
-  if not persist.default_placed(jax.tree_util.tree_leaves(leaves)):
+  # The target broadcasts against the state's leading axes, not its orders.
+  concrete = nx.concrete_numbers([state.rdp, state.compensation, state.pure_epsilon, value],
+                                 broadcast=False)
+  if concrete is None:
     return None
-  try:
-    arrays = [np.asarray(x) for x in leaves]
-  except Exception:  # pylint: disable=broad-except  (the compiled read raises its own error)
-    return None
+  arrays = concrete[0]
   dtype = arrays[0].dtype
   if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-    return None
-  if not all(a.dtype.kind in "biuf" for a in arrays[3:]):
     return None
   hi, lo, pe = (a.astype(np.float64) for a in arrays[:3])
   # The target as given (the compiled read rounds it to the state's dtype,

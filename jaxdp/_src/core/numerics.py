@@ -254,12 +254,13 @@ def round_up(x, ulps, xp=jnp):
   return x * (1.0 + ulps * float(xp.finfo(x.dtype).eps))
 
 
-def concrete_numbers(args):
+def concrete_numbers(args, broadcast=True):
   """``(arrays, shape)`` when every argument is a concrete number array that
   an eager call can read on the host (no tracer, any jax Array on the
-  default device, a bool/int/float dtype) and they broadcast together:
-  NumPy views and the broadcast shape; else None. The host paths of the
-  public kernels' eager calls start here (``rdp_eager``, ``profiles_eager``)."""
+  default device, a bool/int/float dtype) and, with ``broadcast``, they
+  broadcast together: NumPy views and the broadcast shape (None without
+  ``broadcast``); else None. The host paths of eager calls start here
+  (``rdp_eager``, ``profiles_eager``, the RDP accountant's ``rdp_readout``)."""
   from jaxdp._src.core import persist  # pylint: disable=g-import-not-at-top
   if not persist.default_placed(jax.tree_util.tree_leaves(args)):
     return None
@@ -269,6 +270,8 @@ def concrete_numbers(args):
     return None
   if not all(a.dtype.kind in "biuf" for a in arrays):
     return None
+  if not broadcast:
+    return arrays, None
   try:
     return arrays, np.broadcast_shapes(*(a.shape for a in arrays))
   except ValueError:

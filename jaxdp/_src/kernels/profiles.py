@@ -41,18 +41,9 @@ from jax.scipy.special import log_ndtr
 from jaxdp._src.core import numerics as nx
 from jaxdp._src.core import persist
 
-__all__ = [
-    "gaussian",
-    "gaussian_log_delta",
-    "gaussian_epsilon",
-    "gaussian_group",
-    "laplace",
-    "laplace_log_delta",
-    "laplace_group",
-    "sampled_gaussian",
-    "sampled_gaussian_log_delta",
-    "analytic_gaussian_sigma",
-]
+__all__ = ["gaussian", "gaussian_log_delta", "gaussian_epsilon", "gaussian_group", "laplace",
+           "laplace_log_delta", "laplace_group", "sampled_gaussian", "sampled_gaussian_log_delta",
+           "analytic_gaussian_sigma"]
 
 # Below this argument the log Mills ratio uses the continued fraction.
 _CF_SWITCH = 5.0
@@ -421,13 +412,18 @@ def laplace_group(epsilon, b, k, sensitivity=1.0):
 
 def sampled_gaussian_log_delta(epsilon, q, sigma, direction="max"):
   """log δ(ε) of one Poisson-sampled Gaussian step. See :func:`sampled_gaussian`."""
+  check_sampled_gaussian(epsilon, q, sigma, direction)
+  return _sampled_gaussian_core(*_as_float(epsilon, q, sigma)[:3], direction=direction)
+
+
+def check_sampled_gaussian(epsilon, q, sigma, direction):
+  """:func:`sampled_gaussian`'s arguments: ValueError naming a bad one."""
   if direction not in _DIRECTIONS:
     raise ValueError(f"direction must be one of {_DIRECTIONS}; found {direction!r}.")
   _check_epsilon(epsilon)
   nx.check_array("q", q, low=0.0, high=1.0)
   _check_positive("sigma", sigma)
   nx.check_same_shape(epsilon=epsilon, q=q, sigma=sigma)
-  return _sampled_gaussian_core(*_as_float(epsilon, q, sigma)[:3], direction=direction)
 
 
 def _sampled_gaussian_log_delta(epsilon, q, sigma, direction, xp=jnp):

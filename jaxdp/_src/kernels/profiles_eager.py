@@ -77,12 +77,7 @@ def _host_log_delta(inputs, direction):
 def _host_turn(epsilon, q, sigma, direction):
   """Validates (as the kernel does), then the host inputs when this call is
   the host's (one of the process's first ``_EAGER_HOST_CALLS``), else None."""
-  if direction not in _profiles._DIRECTIONS:  # pylint: disable=protected-access
-    return None            # the kernel raises its ValueError
-  _profiles._check_epsilon(epsilon)  # pylint: disable=protected-access
-  nx.check_array("q", q, low=0.0, high=1.0)
-  _profiles._check_positive("sigma", sigma)  # pylint: disable=protected-access
-  nx.check_same_shape(epsilon=epsilon, q=q, sigma=sigma)
+  _profiles.check_sampled_gaussian(epsilon, q, sigma, direction)
   if _eager_host_calls_left[0] <= 0:
     return None
   inputs = _host_inputs(epsilon, q, sigma)
