@@ -281,9 +281,22 @@ def test_calibrate_sigma_gaussian_closed_form():
   assert np.all(tr.tradeoff(1.0, sig * (1 - rtol), steps, [alpha]).tpr_upper[:, 0] > target)
 
 
-def test_calibrate_sigma_dpsgd_feasible_and_tight():
+def test_calibrate_sigma_dpsgd_feasible_and_tight(monkeypatch):
+  """Feasible and tight on the reported curve; and no PLD question is asked
+  twice: the search's last σ, checked as returned, reads the answer the
+  search computed for it (same bits in, same bits out)."""
+  from jaxdp._src.solvers import tradeoff_calibrate as tc
+  tpr_at, asked = tc._tpr_at, []
+
+  def counted(*a):   # (q, sigma, steps, fpr, num_eps, rtol, upper_only)
+    asked.append((np.asarray(a[0]).tobytes(), np.asarray(a[1]).tobytes(), a[6]))
+    return tpr_at(*a)
+
+  monkeypatch.setattr(tc, "_tpr_at", counted)
   q, steps, rtol = 0.02, 500, 1e-3
   sig = tr.calibrate_sigma(q, steps, target_tpr=0.02, at_fpr=1e-3, rtol=rtol)
+  assert len(asked) == len(set(asked)) >= 3
+  monkeypatch.setattr(tc, "_tpr_at", tpr_at)
   assert tr.tradeoff(q, sig, steps, 1e-3).tpr_upper <= 0.02
   assert tr.tradeoff(q, sig * (1 - rtol), steps, 1e-3).tpr_upper > 0.02
 

@@ -341,3 +341,32 @@ def test_round_off_allowance_counts_the_nodes_above_the_query():
   assert np.isfinite(up) and up < rdp
   assert float(lo) <= float(g_up) and float(g_lo) <= float(up)
   assert float(jaxdp.epsilon(*args, accountant="pld")) == float(pld.epsilon(*args))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_window_delta_sums_the_nodes_a_mask_selects(seed):
+  """delta_on_window finds the nodes above ε by binary search and sums them
+  as a suffix: the same terms in the same order as the mask ``loss > ε``,
+  hence the same bits, also at ε on a node, outside the window, ±∞ and NaN;
+  its raw read (``want_raw``) is the same sums without the allowance."""
+  from jaxdp._src.pld import readout as R
+  rng = np.random.default_rng(100 + seed)
+  n = int(rng.integers(20, 4000))
+  h = float(10 ** rng.uniform(-4, 0))
+  start = int(rng.integers(-n, n // 2))
+  w = rng.random(n) ** 8
+  w /= w.sum()
+  inf_mass, a = float(10 ** rng.uniform(-14, -8)), float(10 ** rng.uniform(-16, -12))
+  loss = (start + np.arange(n)) * h
+  eps = np.concatenate([rng.uniform(loss[0] - 1, loss[-1] + 1, 40), loss[rng.integers(0, n, 8)],
+                        [loss[0], loss[-1], -np.inf, np.inf, np.nan]])
+
+  def masked(e, allowance):
+    sel = loss > e
+    return np.sum(w[sel] * -np.expm1(e - loss[sel])) + allowance * np.count_nonzero(sel) + inf_mass
+
+  for sign in (1.0, -1.0):
+    got, raw = R.delta_on_window(w, start, h, inf_mass, eps, per_node=sign * a, want_raw=True)
+    assert np.array_equal(got, [masked(e, sign * a) for e in eps], equal_nan=True)
+    assert np.array_equal(raw, [masked(e, 0.0) for e in eps], equal_nan=True)
+    assert np.array_equal(got, R.delta_on_window(w, start, h, inf_mass, eps, per_node=sign * a))

@@ -211,18 +211,26 @@ def epsilon_on_window(w, start, h, inf_mass, targets, lower=False, per_node=0.0)
                             np.asarray(targets, np.float64)[None], lower, per_node)[0]
 
 
-def delta_on_window(w, start, h, inf_mass, eps, per_node=0.0):
+def delta_on_window(w, start, h, inf_mass, eps, per_node=0.0, want_raw=False):
   """δ(ε) = Σ_{ℓ_k > ε} (w_k (1 - e^{ε - ℓ_k}) + per_node) + inf_mass for
   each ε in ``eps`` (direct sums over the window: no cancellation, since
   every term is a product of w_k with a factor in [0, 1)); ``per_node``: the
   round-off allowance of each node that enters the sum (negative for a lower
-  bound)."""
+  bound).  The node losses ℓ_k = (start + k)·h are non-decreasing (rounding
+  is monotone), so the nodes above ε are a suffix of the window, found by
+  binary search and summed as a view (the same terms in the same order as
+  a mask selects them).  With ``want_raw`` also the same δ's without the
+  allowance (``per_node`` = 0), from the same sums: ``(delta, raw)``."""
   loss = (start + np.arange(w.shape[-1])) * h
-  out = np.empty(np.shape(eps))
-  for i, e in enumerate(np.asarray(eps, np.float64)):
-    sel = loss > e
-    out[i] = np.sum(w[sel] * -np.expm1(e - loss[sel])) + per_node * np.count_nonzero(sel) + inf_mass
-  return out
+  eps = np.asarray(eps, np.float64)
+  first = np.searchsorted(loss, eps.reshape(-1), side="right")
+  out, raw = np.empty(eps.shape), np.empty(eps.shape)
+  n = w.shape[-1]
+  for i, (e, j) in enumerate(zip(eps.reshape(-1), first)):
+    total = np.sum(w[j:] * -np.expm1(e - loss[j:]))
+    out.flat[i] = total + per_node * (n - j) + inf_mass
+    raw.flat[i] = total + inf_mass
+  return (out, raw) if want_raw else out
 
 
 def _read_range(start, h, length, floor):
@@ -364,9 +372,9 @@ def answer(w, node_err, start, h, inf_mass, queries, wrap, shift, length, want_e
     w_r = values(r, _cyclic_slice(w[rows[r]], rot[r], k0[r], length[r]), start[r] + k0[r])
     if not lower:
       args = (np.maximum(w_r, 0.0), start[r] + k0[r], h[r], inf_mass[r], queries[r] - shift[r])
-      out[r] = delta_on_window(*args, per_node=per_node[r])
+      out[r], raw_r = delta_on_window(*args, per_node=per_node[r], want_raw=True)
       if want_raw and per_node[r] * (length[r] - k0[r]) > 1e-4 * np.min(out[r]):
-        raw[r] = delta_on_window(*args, per_node=0.0)
+        raw[r] = raw_r
     else:
       out[r] = delta_on_window(w_r, start[r] + k0[r], h[r], 0.0, queries[r] - shift[r],
                                per_node=-per_node[r]) - wrap[r] - extra_wrap[r]

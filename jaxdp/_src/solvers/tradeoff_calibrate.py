@@ -52,7 +52,8 @@ def calibrate_sigma(q, steps, *, target_tpr, at_fpr, rtol=1e-3, num_eps=DEFAULT_
   the one :func:`tradeoff` reports, so a σ feasible for the rounds is
   feasible for :func:`tradeoff` too.  The returned σ is the feasible end,
   checked once more as returned (and stepped up by 1 + ``rtol`` until it
-  passes, should the check ever disagree): it always meets the target.
+  passes, should the check ever disagree; a σ the search evaluated with
+  the same bits reads that evaluation): it always meets the target.
   Tightness, on the curve :func:`tradeoff` reports: σ / (1 + ``rtol``) is
   evaluated there once; where it meets the target too (the upper end alone
   was looser than that curve: a wide kernel interval, or the RDP bound
@@ -84,10 +85,18 @@ def calibrate_sigma(q, steps, *, target_tpr, at_fpr, rtol=1e-3, num_eps=DEFAULT_
   shape, (q, t, tgt, a), (s_min, s_max) = _calibrate_inputs(q, steps, target_tpr, at_fpr, rtol,
                                                              num_eps, sigma_range)
 
+  seen = {}
+
   def excess(s, rows, upper_only):
-    """log(tpr_upper / target) at σ = s for the given rows: <= 0 is feasible."""
-    up = _tpr_at(q[rows], s, t[rows], a[rows], int(num_eps), _PLD_RTOL, upper_only)
-    return np.log(up) - np.log(tgt[rows])
+    """log(tpr_upper / target) at σ = s for the given rows: <= 0 is feasible.
+    A question asked again with the same bits (the search's last σ, checked
+    as returned) reads the answer already computed for it."""
+    s = np.asarray(s, np.float64)
+    key = (rows.tobytes(), s.tobytes(), s.shape, upper_only)
+    if key not in seen:
+      up = _tpr_at(q[rows], s, t[rows], a[rows], int(num_eps), _PLD_RTOL, upper_only)
+      seen[key] = np.log(up) - np.log(tgt[rows])
+    return seen[key].copy()
 
   mu = _sps.ndtri(tgt) - _sps.ndtri(a)
   with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
