@@ -301,6 +301,16 @@ def test_calibrate_sigma_dpsgd_feasible_and_tight(monkeypatch):
   assert tr.tradeoff(q, sig * (1 - rtol), steps, 1e-3).tpr_upper > 0.02
 
 
+def test_calibrate_sigma_at_the_lower_end_of_its_range():
+  """Where σ = sigma_range[0] already meets the target for every row, the
+  answer is that end (it raised IndexError: the tightness check ran on no
+  rows), and the reported curve there meets the target."""
+  q, steps, fpr, target = 1e-3, 10, 0.1, 0.5
+  sig = tr.calibrate_sigma([q, q], steps, target_tpr=target, at_fpr=fpr, sigma_range=(0.5, 100.0))
+  np.testing.assert_array_equal(sig, [0.5, 0.5])
+  assert tr.tradeoff(q, 0.5, steps, fpr).tpr_upper <= target
+
+
 def test_upper_only_profile_bounds_the_reported_one():
   """calibrate_sigma's rounds read the PLD upper end alone: its TPR bound is
   never below tradeoff()'s (so what the rounds find feasible is), and equal

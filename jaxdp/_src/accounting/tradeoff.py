@@ -183,7 +183,7 @@ def _lower_points(du, dl, u):
     with np.errstate(divide="ignore", invalid="ignore"):
       kink = (d1 - s_b * u1 - d0 + s_a * u0) / np.where(diff != 0, diff, 1.0)
     kink = np.where(diff != 0, kink, u0)
-    kink = np.clip(np.nan_to_num(kink, nan=u0[0, 0]), u0, u1)
+    kink = np.clip(np.nan_to_num(kink, nan=u0[0, 0] if u0.size else 1.0), u0, u1)
     first_slope = s_hi[:, :1]
     last_slope = s_lo[:, -1:]
     pts_l = [dl[:, :1] + first_slope * (1.0 - u[:, :1])]

@@ -177,6 +177,8 @@ def _pieces(n, chunk, sigma, split=True, built=lambda size, nodes: False):
   """
   small = _BUCKETS[1]
   starts = list(range(0, n, chunk))
+  if not starts:   # no configurations: no calls
+    return []
   pieces = [(start, chunk, rdp_nodes_for(sigma[start:start + chunk])) for start in starts]
   last, rest, cores = starts[-1], n - starts[-1], nx.cpu_cores()
   nodes = pieces[-1][2]
