@@ -370,3 +370,41 @@ def test_window_delta_sums_the_nodes_a_mask_selects(seed):
     assert np.array_equal(got, [masked(e, sign * a) for e in eps], equal_nan=True)
     assert np.array_equal(raw, [masked(e, 0.0) for e in eps], equal_nan=True)
     assert np.array_equal(got, R.delta_on_window(w, start, h, inf_mass, eps, per_node=sign * a))
+
+
+def test_caps_binding_at_every_grid_give_the_trivial_kernel_interval():
+  """q = 1e-9, σ = 1e3, T = 1e7: the one-step loss rounds up to one grid
+  node at any h, so T steps span ~T nodes and the memory caps bind however
+  far h grows. The kernel's interval was NaN, which the guards reported as
+  a jaxdp bug (GuardViolation in strict mode, as here) and which a NaN
+  lower end carried into the answer. Now the kernel reports the trivial
+  interval, and the answers come from the general engine and the RDP bound:
+  finite, ordered, at least the one-step value and at most RDP."""
+  from jaxdp._src.kernels import guards
+  from jaxdp._src.pld import kernel as K
+  from jaxdp._src.core import numerics as nx
+  q, sigma, steps = 1e-9, 1e3, 10 ** 7
+  with nx.x64():
+    lo, up, _ = K.guarded_bounds("epsilon", q, sigma, steps, 1e-5, full_rdp=False)
+  assert float(up) == np.inf and float(lo) == 0.0
+  for delta in (1e-300, 1e-5, 0.5):
+    e_lo, e_up = pld.epsilon(q, sigma, steps, delta, return_bounds=True)
+    rdp_eps = jaxdp.epsilon(q, sigma, steps, delta)
+    assert 0.0 <= e_lo <= e_up <= rdp_eps
+    assert e_lo >= guards.one_step_epsilon(np.array(q), np.array(sigma), np.array(delta))
+  d_lo, d_up = pld.delta(q, sigma, steps, np.array([0.0, 1e-8, 50.0]), return_bounds=True)
+  assert np.all(np.isfinite(d_up)) and np.all(d_lo <= d_up)
+  assert np.all(d_up <= jaxdp.delta(q, sigma, steps, np.array([0.0, 1e-8, 50.0])))
+
+
+def test_a_nan_lower_end_falls_back_to_the_one_step_value(monkeypatch):
+  """guards.check: a NaN lower end is a failed guard (upper -> the safe
+  value) and becomes the one-step value, not NaN."""
+  from jaxdp._src.kernels import guards
+  monkeypatch.setattr(guards, "strict", lambda: False)
+  with pytest.warns(jaxdp.GuardWarning):
+    lo, up = guards.check("epsilon", np.array([np.nan, 0.5]), np.array([1.0, 0.6]),
+                          np.array([0.2, 0.1]), np.array([True, True]),
+                          lambda mask: np.full(int(mask.sum()), 3.0))
+  np.testing.assert_array_equal(lo, [0.2, 0.5])
+  np.testing.assert_array_equal(up, [3.0, 0.6])

@@ -156,7 +156,8 @@ def check(name, lower, upper, one_step, composed, safe, certified_upper=None):
   tol = _REL * np.maximum(np.abs(upper), 1e-300) + 1e-300
   below_one_step = composed & (upper < one_step - tol)
   unordered = lower > upper + tol + _REL * np.abs(lower)
-  bad = below_one_step | unordered | np.isnan(upper)
+  nan_lower = np.isnan(lower)
+  bad = below_one_step | unordered | np.isnan(upper) | nan_lower
   if certified_upper is not None:
     cu = np.asarray(certified_upper, np.float64)
     above = lower > cu + _REL * np.abs(cu) + 1e-300
@@ -175,6 +176,9 @@ def check(name, lower, upper, one_step, composed, safe, certified_upper=None):
            f"({int(bad.sum())} entries). This is a jaxdp bug; the RDP bound is returned instead.")
     _violation(msg)
     upper[bad] = safe(bad)
+  # A NaN lower end certifies nothing: 0, raised to the one-step value below
+  # (np.maximum would carry the NaN into every later intersection).
+  lower = np.where(nan_lower, 0.0, lower)
   lower = np.where(composed, np.maximum(lower, one_step), lower)
   lower = np.minimum(lower, upper)
   return lower, upper
