@@ -105,21 +105,21 @@ def _fresh_host_questions():
   questions are answered on the host (jaxdp._src.kernels.rdp_driver._host_turn), so a test's
   path does not depend on the tests that ran before it."""
   from jaxdp._src.kernels import rdp_driver as _rdp_driver
-  _rdp_driver._host_questions_left[0] = _rdp_driver._HOST_QUESTIONS
+  _rdp_driver._host_questions.left = _rdp_driver._HOST_QUESTIONS
   from jaxdp._src.solvers import boundary_eval as _boundary_eval
-  _boundary_eval._host_rounds_left[0] = _boundary_eval._HOST_ROUNDS
+  _boundary_eval._host_rounds.left = _boundary_eval._HOST_ROUNDS
   # The public RDP kernel's eager calls run the compiled kernel here, as
   # inside a user's jit: the tests of jaxdp.rdp.sampled_gaussian keep testing
   # the program that jitted code runs. Its host answers (the first eager
   # calls of a process) are tested in tests/kernels/test_rdp_eager.py.
   from jaxdp._src.kernels import rdp_eager as _rdp_eager
-  _rdp_eager._eager_host_calls_left[0] = 0
+  _rdp_eager._host_calls.left = 0
   # Likewise the one-step profile's (tests/kernels/test_profiles_eager.py).
   from jaxdp._src.kernels import profiles_eager as _profiles_eager
-  _profiles_eager._eager_host_calls_left[0] = 0
+  _profiles_eager._host_calls.left = 0
   # And the RDP accountant's read-out (tests/accounting/test_rdp_readout.py).
   from jaxdp._src.accounting import rdp_readout as _rdp_readout
-  _rdp_readout._eager_host_reads_left[0] = 0
+  _rdp_readout._host_reads.left = 0
   # No trade-off profile kept from another test (a test that patches the PLD
   # path must compute, not read a profile computed before).
   from jaxdp._src.accounting import tradeoff_dpsgd as _tradeoff_dpsgd

@@ -22,9 +22,8 @@ ORDERS_CUSTOM = np.array([64.0, 1.5, 2.0, 3.25, 8.0, 256.0, 1.01])   # unsorted 
 @pytest.fixture
 def host_budget(monkeypatch):
   """A fresh process's budget of eager host reads (conftest sets 0)."""
-  left = [rdp_readout._EAGER_HOST_READS]
-  monkeypatch.setattr(rdp_readout, "_eager_host_reads_left", left)
-  return left
+  monkeypatch.setattr(rdp_readout._host_reads, "left", rdp_readout._EAGER_HOST_READS)
+  return rdp_readout._host_reads
 
 
 def _states(acc, n, seed):
@@ -65,9 +64,9 @@ def test_float64_host_reads_are_the_compiled_reads(host_budget, orders):
   with jax.enable_x64(True):
     acc = A.rdp(orders)
     states = _states(acc, 10, 0)
-    left = host_budget[0]
+    left = host_budget.left
     h, c = _reads(acc, states, DELTAS, "epsilon")
-    assert host_budget[0] == left - h.size          # every eager read was the host's
+    assert host_budget.left == left - h.size          # every eager read was the host's
     assert h.dtype == c.dtype == np.float64
     np.testing.assert_array_equal(np.isfinite(h), np.isfinite(c))
     np.testing.assert_allclose(h, c, rtol=1e-13, atol=0)
@@ -128,15 +127,15 @@ def test_an_eager_read_compiles_nothing(cold_programs, record_compilations, host
 def test_traced_reads_and_reads_after_the_budget_are_compiled(host_budget):
   acc = A.rdp()
   st = acc.compose(acc.init(), E.SampledGaussian(0.01, 1.1), 1000)
-  left = host_budget[0]
+  left = host_budget.left
   jax.jit(acc.epsilon)(st, 1e-5)
   jax.vmap(acc.epsilon, in_axes=(None, 0))(st, jnp.array([1e-5, 1e-6]))
-  assert host_budget[0] == left
+  assert host_budget.left == left
   host = acc.epsilon(st, 1e-5)
-  assert host_budget[0] == left - 1
-  host_budget[0] = 0
+  assert host_budget.left == left - 1
+  host_budget.left = 0
   compiled = acc.epsilon(st, 1e-5)
-  assert host_budget[0] == 0
+  assert host_budget.left == 0
   assert float(host) <= float(np.nextafter(np.float32(compiled), np.float32(np.inf)))
 
 
@@ -146,7 +145,7 @@ def test_traced_reads_and_reads_after_the_budget_are_compiled(host_budget):
 def test_bad_targets_raise_naming_the_argument(host_budget, kind, value, name):
   acc = A.rdp()
   st = acc.init()
-  left = host_budget[0]
+  left = host_budget.left
   with pytest.raises(ValueError, match=name):
     getattr(acc, kind)(st, value)
-  assert host_budget[0] == left
+  assert host_budget.left == left

@@ -133,7 +133,7 @@ def test_host_value_is_an_upper_bound_at_its_order(q, sigma, steps, delta):
 
 def test_first_questions_compile_nothing(monkeypatch, cold_programs, record_compilations):
   """A fresh process's question: no XLA compilation at all (RDP ε, δ, σ)."""
-  monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
+  monkeypatch.setattr(_rdp_driver._host_questions, "left", _rdp_driver._HOST_QUESTIONS)
   with record_compilations() as compiles:
     e = jaxdp.epsilon(0.0123, 1.37, 4321, 1e-6)
     d = jaxdp.delta(0.0123, 1.37, 4321, float(e))
@@ -148,12 +148,12 @@ def test_a_loop_of_single_questions_compiles_nothing(monkeypatch, cold_programs,
   """20 single questions, as a calibration loop asks them (tradeoff.calibrate_sigma
   asks one per round): all on the host. With a budget of 8, the 9th built the
   16-configuration chunk's programs (2.9 s against ~30 ms per host question)."""
-  monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
+  monkeypatch.setattr(_rdp_driver._host_questions, "left", _rdp_driver._HOST_QUESTIONS)
   q, sigma, steps, delta, _ = _domain(20, seed=9)
   with record_compilations() as compiles:
     eps = [float(jaxdp.epsilon(q[i], sigma[i], steps[i], delta[i])) for i in range(20)]
   assert compiles == []
-  assert _rdp_driver._host_questions_left == [_rdp_driver._HOST_QUESTIONS - 20]
+  assert _rdp_driver._host_questions.left == _rdp_driver._HOST_QUESTIONS - 20
   assert all(np.isfinite(e) and e >= 0 for e in eps)
 
 
@@ -179,7 +179,7 @@ def test_explicit_orders_on_the_host_equal_the_compiled_path(orders):
 def test_an_explicit_order_question_compiles_nothing(monkeypatch, cold_programs,
                                                      record_compilations):
   """mathematics.md's comparison with dp_accounting's orders took ~7 s to compile."""
-  monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
+  monkeypatch.setattr(_rdp_driver._host_questions, "left", _rdp_driver._HOST_QUESTIONS)
   with record_compilations() as compiles:
     e = jaxdp.epsilon(0.001, 0.5356, 100, 1e-5, orders=DP_ORDERS)
     d = jaxdp.delta(0.001, 0.5356, 100, 3.0, orders=DP_ORDERS)
@@ -202,26 +202,26 @@ def test_small_calibration_rounds_compile_nothing_then_agree(monkeypatch, cold_p
   within 1e-9 relative (the host's 1e-10 margin), and each σ meets its
   target by jaxdp.epsilon on both of its paths and is tight to rtol."""
   targets, q, steps = np.array([1.0, 3.0, 8.0]), 0.0123, 4321
-  monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
-  monkeypatch.setattr(_calibrate_boundary, "_host_rounds_left", [_calibrate_boundary._HOST_ROUNDS])
+  monkeypatch.setattr(_rdp_driver._host_questions, "left", _rdp_driver._HOST_QUESTIONS)
+  monkeypatch.setattr(_calibrate_boundary._host_rounds, "left", _calibrate_boundary._HOST_ROUNDS)
   with record_compilations() as compiles:
     on_host = calibrate.sigma(targets, 1e-5, q, steps)
   assert compiles == []
-  assert _calibrate_boundary._host_rounds_left[0] < _calibrate_boundary._HOST_ROUNDS
+  assert _calibrate_boundary._host_rounds.left < _calibrate_boundary._HOST_ROUNDS
   cold_programs()   # caches back on for the compiled rounds
-  monkeypatch.setattr(_calibrate_boundary, "_host_rounds_left", [0])
+  monkeypatch.setattr(_calibrate_boundary._host_rounds, "left", 0)
   compiled = calibrate.sigma(targets, 1e-5, q, steps)
   np.testing.assert_allclose(on_host, compiled, rtol=1e-9)
   for sigma in (on_host, compiled):
     for left in (_rdp_driver._HOST_QUESTIONS, 0):   # jaxdp.epsilon on the host, then compiled
-      monkeypatch.setattr(_rdp_driver, "_host_questions_left", [left])
+      monkeypatch.setattr(_rdp_driver._host_questions, "left", left)
       assert np.all(jaxdp.epsilon(q, sigma, steps, 1e-5) <= targets)
-      monkeypatch.setattr(_rdp_driver, "_host_questions_left", [left])
+      monkeypatch.setattr(_rdp_driver._host_questions, "left", left)
       assert np.all(jaxdp.epsilon(q, sigma * (1 - 1e-6), steps, 1e-5) > targets)
 
 
 def test_later_questions_use_the_compiled_programs(monkeypatch):
-  monkeypatch.setattr(_rdp_driver, "_host_questions_left", [0])
+  monkeypatch.setattr(_rdp_driver._host_questions, "left", 0)
   calls = []
   monkeypatch.setattr(_host_rdp, "minimum_over_all_orders",
                       lambda *a, **k: calls.append(1) or (_ for _ in ()).throw(AssertionError))
@@ -234,9 +234,9 @@ def test_later_questions_use_the_compiled_programs(monkeypatch):
 def test_host_calibration_meets_the_target_on_both_paths(monkeypatch, target, q, steps):
   sigma = float(calibrate.sigma(target, 1e-5, q, steps))
   for left in (_rdp_driver._HOST_QUESTIONS, 0):   # host path, then the compiled one
-    monkeypatch.setattr(_rdp_driver, "_host_questions_left", [left])
+    monkeypatch.setattr(_rdp_driver._host_questions, "left", left)
     assert jaxdp.epsilon(q, sigma, steps, 1e-5) <= target
-    monkeypatch.setattr(_rdp_driver, "_host_questions_left", [left])
+    monkeypatch.setattr(_rdp_driver._host_questions, "left", left)
     assert jaxdp.epsilon(q, sigma * (1 - 1e-6), steps, 1e-5) > target
 
 
@@ -294,21 +294,21 @@ def test_pld_guard_ceiling_on_the_host_then_compiled(monkeypatch):
     return real(*a, **k)
 
   monkeypatch.setattr(_host_rdp, "minimum_over_all_orders", spy)
-  monkeypatch.setattr(_rdp_driver, "_host_questions_left", [0])
+  monkeypatch.setattr(_rdp_driver._host_questions, "left", 0)
   for kind, x in (("epsilon", delta), ("delta", eps)):
-    monkeypatch.setattr(_rdp_driver, "_pld_guard_questions_left", [1])
+    monkeypatch.setattr(_rdp_driver._pld_guard_questions, "left", 1)
     with nx.x64():
       on_host = _rdp_driver.guard_rdp(kind, q, sigma, steps, x)
-      assert host_calls == [40] and _rdp_driver._pld_guard_questions_left == [0]
+      assert host_calls == [40] and _rdp_driver._pld_guard_questions.left == 0
       compiled = _rdp_driver.guard_rdp(kind, q, sigma, steps, x)   # budget spent
       assert host_calls == [40]
     _agree(on_host, compiled, 5e-13)
     host_calls.clear()
-  monkeypatch.setattr(_rdp_driver, "_pld_guard_questions_left", [5])
+  monkeypatch.setattr(_rdp_driver._pld_guard_questions, "left", 5)
   n = _rdp_driver._PLD_GUARD_HOST_MAX + 1
   with nx.x64():
     _rdp_driver.guard_rdp("epsilon", np.full(n, 0.01), np.ones(n), np.full(n, 100.0), np.full(n, 1e-5))
-  assert host_calls == [] and _rdp_driver._pld_guard_questions_left == [5]
+  assert host_calls == [] and _rdp_driver._pld_guard_questions.left == 5
 
 
 @pytest.mark.parametrize("kind", ["epsilon", "delta"])

@@ -150,7 +150,7 @@ def test_truncated_poisson_questions_compile_nothing(monkeypatch, cold_programs,
   compiled and the value is finite and above plain Poisson's."""
   smp = sampling.poisson(1437, 64 / 1437, capacity=96)
   # the coupling's untruncated answer: jaxdp.epsilon's own host budget, fresh
-  monkeypatch.setattr(_rdp_driver, "_host_questions_left", [_rdp_driver._HOST_QUESTIONS])
+  monkeypatch.setattr(_rdp_driver._host_questions, "left", _rdp_driver._HOST_QUESTIONS)
   with record_compilations() as compiles:
     eps = float(jaxdp.epsilon(smp, 1.3, 660, 1e-5))
     sampled.truncated_poisson_gaussian(1437, 64 / 1437, 96, 1.7, both_sizes=True)

@@ -24,9 +24,8 @@ DIRECTIONS = ["max", "remove", "add"]
 @pytest.fixture
 def host_budget(monkeypatch):
   """A fresh process's budget of eager host calls (conftest sets 0)."""
-  left = [profiles_eager._EAGER_HOST_CALLS]
-  monkeypatch.setattr(profiles_eager, "_eager_host_calls_left", left)
-  return left
+  monkeypatch.setattr(profiles_eager._host_calls, "left", profiles_eager._EAGER_HOST_CALLS)
+  return profiles_eager._host_calls
 
 
 def _domain(n, seed):
@@ -57,10 +56,10 @@ def test_float64_host_answers_are_the_compiled_kernels(host_budget, direction):
   with jax.enable_x64(True):
     c_log = np.asarray(kernel.sampled_gaussian_log_delta(e, q, s, direction))
     c = np.asarray(kernel.sampled_gaussian(e, q, s, direction))
-    left = host_budget[0]
+    left = host_budget.left
     h_log = _host(profiles.sampled_gaussian_log_delta, e, q, s, direction)
     h = _host(profiles.sampled_gaussian, e, q, s, direction)
-  assert host_budget[0] == left - 2          # both were host calls
+  assert host_budget.left == left - 2          # both were host calls
   assert h_log.dtype == c_log.dtype == np.float64 and h.dtype == np.float64
   fin = np.isfinite(c_log)
   np.testing.assert_array_equal(np.isfinite(h_log), fin)
@@ -136,16 +135,16 @@ def test_other_calls_run_the_compiled_kernel(host_budget, monkeypatch):
   calls = []
   compiled = kernel.sampled_gaussian
   monkeypatch.setattr(kernel, "sampled_gaussian", lambda *a: calls.append(1) or compiled(*a))
-  left = host_budget[0]
+  left = host_budget.left
   jax.jit(lambda e: profiles.sampled_gaussian(e, 0.01, 1.1))(jnp.float32(1.0))   # traced
   assert len(calls) == 1
   g = jax.grad(lambda s: profiles.sampled_gaussian(1.0, 0.01, s))(1.1)
   assert np.isfinite(g) and len(calls) == 2
   profiles.sampled_gaussian(np.full(4097, 1.0), 0.01, 1.1)                      # large
-  assert len(calls) == 3 and host_budget[0] == left
+  assert len(calls) == 3 and host_budget.left == left
   profiles.sampled_gaussian(1.0, 0.01, 1.1)                                      # the host's
-  assert len(calls) == 3 and host_budget[0] == left - 1
-  host_budget[0] = 0
+  assert len(calls) == 3 and host_budget.left == left - 1
+  host_budget.left = 0
   profiles.sampled_gaussian(1.0, 0.01, 1.1)                                      # budget spent
   assert len(calls) == 4
 
@@ -154,9 +153,9 @@ def test_other_calls_run_the_compiled_kernel(host_budget, monkeypatch):
                                        ((-1.0, 0.01, 1.1), "epsilon"),
                                        ((float("nan"), 0.01, 1.1), "epsilon")])
 def test_bad_input_raises_naming_the_argument(host_budget, args, name):
-  left = host_budget[0]
+  left = host_budget.left
   with pytest.raises(ValueError, match=name):
     profiles.sampled_gaussian(*args)
   with pytest.raises(ValueError, match="direction"):
     profiles.sampled_gaussian(1.0, 0.01, 1.1, direction="both")
-  assert host_budget[0] == left
+  assert host_budget.left == left

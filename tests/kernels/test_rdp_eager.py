@@ -24,9 +24,8 @@ from reference import ref_sgm_rdp_auto
 @pytest.fixture
 def host_budget(monkeypatch):
   """A fresh process's budget of eager host calls (conftest sets 0)."""
-  left = [rdp_eager._EAGER_HOST_CALLS]
-  monkeypatch.setattr(rdp_eager, "_eager_host_calls_left", left)
-  return left
+  monkeypatch.setattr(rdp_eager._host_calls, "left", rdp_eager._EAGER_HOST_CALLS)
+  return rdp_eager._host_calls
 
 
 def _domain(n, seed):
@@ -61,7 +60,7 @@ def test_float64_host_answers_are_the_compiled_kernels(host_budget):
   q, sigma = _domain(96, seed=0)
   with nx.x64():
     host = _host(q, sigma, ORDERS)
-    assert host_budget[0] == rdp_eager._EAGER_HOST_CALLS - 6
+    assert host_budget.left == rdp_eager._EAGER_HOST_CALLS - 6
     compiled = np.asarray(rdp_kernel.sampled_gaussian(q[:, None], sigma[:, None], ORDERS))
   assert host.dtype == compiled.dtype == np.float64
   np.testing.assert_array_equal(host == 0, compiled == 0)
@@ -103,7 +102,7 @@ def test_host_answers_bound_the_mpmath_reference(host_budget, q, sigma, alpha):
       q_ref, s_ref, alpha = float(np.float32(q)), float(np.float32(sigma)), float(np.float32(alpha))
     ref = float(ref_sgm_rdp_auto(q_ref, s_ref, alpha))
     assert ref <= value <= ref * (1 + 1e-6)
-  assert host_budget[0] == rdp_eager._EAGER_HOST_CALLS - 2
+  assert host_budget.left == rdp_eager._EAGER_HOST_CALLS - 2
 
 
 def test_the_readme_call_compiles_nothing(host_budget, cold_programs, record_compilations):
@@ -114,7 +113,7 @@ def test_the_readme_call_compiles_nothing(host_budget, cold_programs, record_com
   assert compiles == []
   assert curve.shape == rdp.DEFAULT_ORDERS.shape and curve.dtype == jnp.float32
   assert curve64.shape == (rdp.DEFAULT_ORDERS.size, 2) and curve64.dtype == jnp.float64
-  assert host_budget[0] == rdp_eager._EAGER_HOST_CALLS - 2
+  assert host_budget.left == rdp_eager._EAGER_HOST_CALLS - 2
 
 
 @pytest.mark.parametrize("x64", [False, True])
@@ -124,7 +123,7 @@ def test_the_result_dtype_and_shape_are_the_kernels(host_budget, q, sigma, x64):
   with nx.x64() if x64 else contextlib.nullcontext():
     host = rdp.sampled_gaussian(q, sigma, 2.5)
     compiled = rdp_kernel.sampled_gaussian(q, sigma, 2.5)
-  assert host_budget[0] == rdp_eager._EAGER_HOST_CALLS - 1
+  assert host_budget.left == rdp_eager._EAGER_HOST_CALLS - 1
   assert host.dtype == compiled.dtype and host.shape == compiled.shape
   if host.dtype == jnp.float32:
     assert np.all(np.asarray(host) <= np.asarray(compiled))
@@ -145,7 +144,7 @@ def _same_as_kernel(*args):
 ])
 def test_edge_inputs_run_the_compiled_kernel(host_budget, q, sigma, alpha):
   _same_as_kernel(q, sigma, alpha)
-  assert host_budget[0] == rdp_eager._EAGER_HOST_CALLS
+  assert host_budget.left == rdp_eager._EAGER_HOST_CALLS
 
 
 def test_large_and_traced_calls_run_the_compiled_kernel(host_budget):
@@ -160,13 +159,13 @@ def test_large_and_traced_calls_run_the_compiled_kernel(host_budget):
   for transform, args in ((jax.jit, (q[:2, None], jnp.ones((2, 1)))), (jax.vmap, (q[:2], jnp.ones(2))),
                           (g, (1.1,))):
     assert str(jax.make_jaxpr(transform(f))(*args)) == str(jax.make_jaxpr(transform(f_kernel))(*args))
-  assert host_budget[0] == rdp_eager._EAGER_HOST_CALLS
+  assert host_budget.left == rdp_eager._EAGER_HOST_CALLS
 
 
 def test_after_the_budget_calls_run_the_compiled_kernel(host_budget):
-  host_budget[0] = 1
+  host_budget.left = 1
   first = np.asarray(rdp.sampled_gaussian(0.01, 1.1, rdp.DEFAULT_ORDERS))
-  assert host_budget[0] == 0
+  assert host_budget.left == 0
   second = _same_as_kernel(0.01, 1.1, rdp.DEFAULT_ORDERS)
   assert np.all(first <= np.asarray(second))
 

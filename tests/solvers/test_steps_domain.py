@@ -35,27 +35,27 @@ def _check(pick, fresh):
   host); otherwise as in a process that has used its host rounds up (every
   check compiled)."""
   target, delta, q, sigma = (x[pick] for x in _draw())
-  left = rdp_driver._host_questions_left   # pylint: disable=protected-access
-  rounds = boundary_eval._host_rounds_left   # pylint: disable=protected-access
-  saved, saved_rounds = left[0], rounds[0]
+  budget = rdp_driver._host_questions   # pylint: disable=protected-access
+  rounds = boundary_eval._host_rounds   # pylint: disable=protected-access
+  saved, saved_rounds = budget.left, rounds.left
   if not fresh:
-    left[0] = rounds[0] = 0
+    budget.left = rounds.left = 0
   try:
     with warnings.catch_warnings():
       warnings.simplefilter("ignore", RuntimeWarning)
       steps = np.asarray(jaxdp.calibrate.steps(target, delta, q, sigma), np.float64)
   finally:
-    left[0], rounds[0] = saved, saved_rounds
+    budget.left, rounds.left = saved, saved_rounds
   over = []
   try:
     for path, questions in (("host", 10**9), ("compiled", 0)):
-      left[0] = questions
+      budget.left = questions
       for i in range(steps.size):
         e = float(jaxdp.epsilon(q[i], sigma[i], steps[i], delta[i]))   # the question alone
         if not e <= target[i]:
           over.append((path, int(pick[i]), steps[i], e, target[i]))
   finally:
-    left[0] = saved
+    budget.left = saved
   assert not over, over
 
 

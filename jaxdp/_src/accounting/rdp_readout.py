@@ -42,7 +42,7 @@ __all__ = ["host_readout"]
 # Host reads per process: one costs ~0.2 ms with the default orders, the
 # compiled read ~0.35 s to build; a loop of reads then builds it once.
 _EAGER_HOST_READS = 256
-_eager_host_reads_left = [_EAGER_HOST_READS]
+_host_reads = nx.HostBudget(_EAGER_HOST_READS)
 
 
 def _concrete(state, value):
@@ -75,12 +75,12 @@ def host_readout(state, value, sorted_idx, orders, kind):
     orders: the ascending orders (float64).
     kind: "epsilon" or "delta".
   """
-  if _eager_host_reads_left[0] <= 0:
+  if _host_reads.left <= 0:
     return None
   inputs = _concrete(state, value)
   if inputs is None:
     return None
-  _eager_host_reads_left[0] -= 1
+  _host_reads.take()
   from jaxdp._src.kernels import rdp_convert  # pylint: disable=g-import-not-at-top
   dtype, hi, lo, pe, value = inputs
   total = hi + lo

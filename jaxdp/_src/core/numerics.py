@@ -98,6 +98,25 @@ def on_distinct_rows(fn: Callable, *columns: np.ndarray) -> np.ndarray:
   return fn(*rows.T)[inverse.reshape(-1)]
 
 
+class HostBudget:
+  """How many more questions of this process the host answers with nothing to
+  compile; after that, the compiled programs do (one build, then cheap calls).
+
+  Each no-compilation host path (single RDP questions, PLD guard ceilings,
+  calibration rounds, eager kernel calls and accountant read-outs) keeps one.
+  ``left`` may be set (tests start each from a fresh process's count)."""
+
+  def __init__(self, size: int):
+    self.left = int(size)
+
+  def take(self) -> bool:
+    """True, with one question fewer left, while any are left."""
+    if self.left > 0:
+      self.left -= 1
+      return True
+    return False
+
+
 def to_host(x: Any):
   """Converts a (pytree of) array result(s) to NumPy float64 on the host.
 

@@ -49,7 +49,7 @@ __all__ = ["sampled_gaussian", "sampled_gaussian_log_delta"]
 # Host calls per process: one costs ~0.1-0.3 ms, a compiled call ~0.05 ms
 # after a 0.5-0.9 s build; 256 host calls cost far less than the build.
 _EAGER_HOST_CALLS = 256
-_eager_host_calls_left = [_EAGER_HOST_CALLS]
+_host_calls = nx.HostBudget(_EAGER_HOST_CALLS)
 _MAX_ELEMENTS = 4096
 
 
@@ -78,11 +78,11 @@ def _host_turn(epsilon, q, sigma, direction):
   """Validates (as the kernel does), then the host inputs when this call is
   the host's (one of the process's first ``_EAGER_HOST_CALLS``), else None."""
   _profiles.check_sampled_gaussian(epsilon, q, sigma, direction)
-  if _eager_host_calls_left[0] <= 0:
+  if _host_calls.left <= 0:
     return None
   inputs = _host_inputs(epsilon, q, sigma)
   if inputs is not None:
-    _eager_host_calls_left[0] -= 1
+    _host_calls.take()
   return inputs
 
 

@@ -75,16 +75,13 @@ def _bucket(n):
 _HOST_QUESTIONS = 64
 
 
-_host_questions_left = [_HOST_QUESTIONS]
+_host_questions = nx.HostBudget(_HOST_QUESTIONS)
 
 
 def _host_turn(n):
   """Whether n configurations take the host path (and count one question)."""
   from jaxdp._src.kernels import host_rdp as _host_rdp  # pylint: disable=g-import-not-at-top
-  if 0 < n <= _host_rdp.MAX_CONFIGURATIONS and _host_questions_left[0] > 0:
-    _host_questions_left[0] -= 1
-    return True
-  return False
+  return 0 < n <= _host_rdp.MAX_CONFIGURATIONS and _host_questions.take()
 
 
 # The RDP ceiling that guards a PLD answer (jaxdp.pld's guards) is computed
@@ -103,16 +100,14 @@ _PLD_GUARD_HOST_MAX = 256
 _PLD_GUARD_QUESTIONS = 64
 
 
-_pld_guard_questions_left = [_PLD_GUARD_QUESTIONS]
+_pld_guard_questions = nx.HostBudget(_PLD_GUARD_QUESTIONS)
 
 
 def guard_rdp(kind, q, sigma, steps, x):
   """The default-order RDP ε (kind "epsilon", x = δ) or δ (kind "delta",
   x = ε) that ceils a PLD answer, float64 NumPy of the broadcast shape."""
   n = int(np.prod(np.broadcast_shapes(*(np.shape(a) for a in (q, sigma, steps, x)))))
-  host = 0 < n <= _PLD_GUARD_HOST_MAX and _pld_guard_questions_left[0] > 0
-  if host:
-    _pld_guard_questions_left[0] -= 1
+  host = 0 < n <= _PLD_GUARD_HOST_MAX and _pld_guard_questions.take()
   return run_chunked(kind, q, sigma, steps, x, None, "improved", host=host)
 
 

@@ -52,7 +52,7 @@ __all__ = ["sampled_gaussian"]
 # call: 256 host calls (~1 s) cost less than the build, so a loop of calls
 # pays at most about twice the better path.
 _EAGER_HOST_CALLS = 256
-_eager_host_calls_left = [_EAGER_HOST_CALLS]
+_host_calls = nx.HostBudget(_EAGER_HOST_CALLS)
 
 # Larger calls go to the compiled kernel (host cost grows with the number of
 # distinct (q, σ) pairs times distinct orders; the default orders: 179).
@@ -95,9 +95,8 @@ def _host_inputs(q, sigma, alpha):
 
 def sampled_gaussian(q, sigma, alpha, *, _nodes=None):  # pylint: disable=missing-function-docstring  (set below)
   inputs = None if _nodes is not None else _host_inputs(q, sigma, alpha)
-  if inputs is None or _eager_host_calls_left[0] <= 0:
+  if inputs is None or not _host_calls.take():
     return _rdp.sampled_gaussian(q, sigma, alpha, _nodes=_nodes)
-  _eager_host_calls_left[0] -= 1
   dtype, shape, pair_shape, q64, s64, orders, order_index = inputs
   pairs_q, pairs_s = (np.broadcast_to(x, pair_shape).reshape(-1) for x in (q64, s64))
   # The kernel chooses its quadrature nodes from the σ it was given.

@@ -257,15 +257,12 @@ def _check_epsilon_rdp(q, s, t_steps, d, orders, with_order=False, margin_everyw
 # loop of them pays the compilation once the rounds are used up.
 _HOST_ROUND_MAX = 64
 _HOST_ROUNDS = 24
-_host_rounds_left = [_HOST_ROUNDS]
+_host_rounds = nx.HostBudget(_HOST_ROUNDS)
 
 
 def _host_round_turn():
   """Whether this probe round takes the host path (and counts one round)."""
-  if _host_rounds_left[0] > 0:
-    _host_rounds_left[0] -= 1
-    return True
-  return False
+  return _host_rounds.take()
 
 
 # The host path (jaxdp._src.kernels.host_rdp) and the compiled one agree to 2e-13
