@@ -109,7 +109,7 @@ def calibrate_sigma(q, steps, *, target_tpr, at_fpr, rtol=1e-3, num_eps=DEFAULT_
   # or the RDP bound below it, at the σ that binds) search again on it.
   below = np.maximum(hi / (1.0 + rtol), s_min)
   idx = np.nonzero(hi > s_min)[0]
-  loose = idx[excess(below[idx], idx, False) <= 0] if idx.size else idx
+  loose = idx[excess(below[idx], idx, False) <= 0]
   if loose.size:
     hi[loose] = _search(excess, loose, x[loose], s_min, s_max, rtol, False, (q, t, tgt, a))
   return hi.reshape(shape)
