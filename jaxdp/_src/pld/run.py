@@ -461,7 +461,8 @@ def _run_within_memory(q, sigma, steps, h, queries, *, want_epsilon, automatic, 
   Configurations whose grids would exceed the caps are recomputed with h
   grown by the reported factor (automatic grids; the answer stays a
   certified bound, only coarser), or rejected with a ``ValueError`` naming
-  ``value_discretization_interval`` when the caller fixed h.
+  ``value_discretization_interval`` when the caller fixed h. Where the caps
+  still bind after 8 growths, the interval is the trivial (+∞, -∞).
   """
   h = np.asarray(h, np.float64).copy()
   q, sigma, steps = (np.asarray(a, np.float64).reshape(len(h), -1) for a in (q, sigma, steps))
